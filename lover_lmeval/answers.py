@@ -1,0 +1,204 @@
+"""Final-answer extractors for chain-of-thought outputs.
+
+Each extractor maps a model's generated text to an :class:`Answer` (or ``None`` when the text gives no
+usable answer). ``Answer.value`` is normalised so that equivalent answers group together ("18", "18.00"
+and "$18" all give "18"); ``text[Answer.start:Answer.end]`` is the answer's own characters in the text,
+which callers use to map the answer onto generated tokens.
+
+All extractors follow the same rule: an explicit final-answer marker ("The answer is ...", "Answer: ...",
+``\\boxed{...}``, ...) wins, the last one in the text if there are several; only when no marker carries a
+well-formed answer do they fall back to the last plausible answer anywhere in the text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A normalised answer and the half-open character span ``[start, end)`` it was read from."""
+
+    value: str
+    start: int
+    end: int
+
+
+# A number token, used inside every number pattern below. Optional sign (ASCII or Unicode minus) and
+# optional "$"/"\$"; the body is a thousands-grouped ("1,000") or plain run of ASCII digits with optional
+# decimals. The lookbehind rejects digits glued to identifiers ("eggs_per_4_weeks", "D_1"), to a decimal
+# point or to a colon (the "00" of "5:00"); the lookahead rejects digits glued to letters ("3B", "2x":
+# algebra, not answers), a colon ("Step 4:", "5:00") or a longer number the body stopped short of.
+_NUM = (
+    r"(?<![\w.:])(?P<sign>[-\u2212])?(?:\\?\$\s?)?"
+    r"(?P<body>[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
+    r"(?![\w:]|[.,][0-9])"
+)
+# Anything a model puts between a marker and its answer: spaces, colons, bold, quotes, math delimiters
+# and \boxed{ / \text{ openers ("The answer is: **\(\boxed{18}\)**").
+_FILLER = r"""(?:\s|[:*$"'`]|\\[(\[]|\\(?:boxed|text|textbf|mathbf|mathrm)\{)*"""
+# The start of a final-answer sentence: "The answer is", "the final answer would be", "Answer:".
+_ANSWER_IS = r"(?i:\banswer\s*(?:is|was|would\s+be|will\s+be|:))"
+# "The answer is 2 + 3 = 5" states an expression, not an answer: its first number must not be read.
+_NOT_EXPR = r"(?!\s*(?:[-+*/^=\u00d7\u00f7]|\\times|\\cdot|\\div)\s*[-\u2212]?[0-9])"
+
+# Explicit markers for numeric answers; the last match across all of them wins.
+_NUMBER_MARKERS = (
+    re.compile(_ANSWER_IS + _FILLER + _NUM + _NOT_EXPR),
+    # \boxed{18}, \boxed{\$18}, \boxed{18\%}, \boxed{18 \text{ dollars}}; must close, so "\boxed{3B}" and a
+    # truncated "\boxed{24" are not markers.
+    re.compile(r"\\boxed\{\s*" + _NUM + r"\s*(?:\\?%|\\text\{[^{}]*\}|[A-Za-z][A-Za-z ]*)?\s*\}"),
+    # GSM8K's own answer format.
+    re.compile(r"####\s*" + _NUM),
+)
+# Fallback: any number token except list labels ("6. To solve...", "  2) Next"): the first alternative
+# consumes a label at a line start, so finditer never yields it as a number (its "body" stays unset).
+_NUMBER_FALLBACK = re.compile(r"(?m)^[ \t]*[0-9]{1,3}[.)][ \t]|" + _NUM)
+# Strict form accepted by normalise_number: one number, optionally signed, with "$" and "%" allowed
+# around it and a sentence-final period.
+_NUMBER_STRING = re.compile(
+    r"\s*(?P<sign>[-+\u2212])?\s*(?:\\?\$)?\s*"
+    r"(?P<body>[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"\s*(?:\\?%)?\s*\.?\s*"
+)
+
+# After a bare word or letter answer: not glued to another word, and not the first word of a phrase
+# ("The answer is A man...", "answer: I think", "the answer is no longer") unless a connective follows.
+_WORD_END = r"(?![\w'])(?![ \t]+(?!(?:because|since|as|so)\b)[a-z])"
+# Multiple-choice letter after "The answer is": "(C)", "C", "option C", "\boxed{C}". The conditional
+# group closes a parenthesis only if one was opened; a bare letter must pass _WORD_END.
+_CHOICE_MARKERS = (
+    re.compile(
+        _ANSWER_IS + _FILLER + r"(?:(?i:option|choice)\s*)?"
+        r"(?P<open>\()?(?P<ans>[A-J])(?(open)\)|" + _WORD_END + ")"
+    ),
+    # A bolded letter on its own: "**C**", "**(C)**", "**C.**".
+    re.compile(r"\*\*\(?(?P<ans>[A-J])\)?\.?\*\*"),
+    # \boxed{C}, \boxed{(C)}, \boxed{\text{C}}.
+    re.compile(r"\\boxed\{\s*(?:\\text(?:bf)?\{)?\s*\(?(?P<ans>[A-J])\)?\s*\}?\s*\}"),
+)
+# Fallback: a letter in parentheses, not a function argument such as "f(A)".
+_CHOICE_FALLBACK = re.compile(r"(?<!\w)\((?P<ans>[A-J])\)")
+
+
+def _word_patterns(words: str) -> tuple[tuple[re.Pattern[str], ...], re.Pattern[str]]:
+    """Marker patterns and the fallback pattern for a closed set of answer words (case-insensitive)."""
+    word = rf"(?P<ans>(?i:{words}))\b"
+    markers = (
+        re.compile(_ANSWER_IS + _FILLER + word + _WORD_END),
+        re.compile(r"\*\*" + word + r"[.!]?\*\*"),  # "**Yes**", "**False.**"
+        re.compile(r"\\boxed\{\s*(?:\\text(?:bf)?\{)?\s*" + word + r"\s*\}?\s*\}"),
+    )
+    # Fallback: the word standing alone before punctuation or a line end ("No, ...", "... so yes."),
+    # which skips determiner uses such as "there is no reason".
+    fallback = re.compile(r"(?<!\w)" + word + r"(?=[ \t]*(?:[.,;:!?)*\"'\]\n]|$))")
+    return markers, fallback
+
+
+# Yes/no questions (HotpotQA, BBH navigate / causal judgement / web of lies).
+_YES_NO_MARKERS, _YES_NO_FALLBACK = _word_patterns("yes|no")
+# BBH boolean expressions.
+_TRUE_FALSE_MARKERS, _TRUE_FALSE_FALLBACK = _word_patterns("true|false")
+
+
+def normalise_number(s: str) -> str | None:
+    """Canonical decimal string for a number written as a string, or ``None`` if it is not one number.
+
+    Accepts a sign, "$"/"\\$", thousands commas ("1,000" but not "1,8"), a trailing "%" or period, and
+    surrounding spaces. Integral values lose their decimals ("18.00" -> "18"), others their trailing
+    zeros ("0.50" -> "0.5"); "-0" becomes "0". Exact (``Decimal``), so large values do not round.
+    """
+    m = _NUMBER_STRING.fullmatch(s)
+    if m is None:
+        return None
+    try:
+        d = Decimal(m["body"].replace(",", ""))
+    except InvalidOperation:
+        return None
+    if m["sign"] in ("-", "\u2212"):
+        d = -d
+    if d == d.to_integral_value():
+        return str(int(d))
+    return format(d.normalize(), "f")
+
+
+def _last(patterns: Iterable[re.Pattern[str]], text: str, group: str) -> re.Match[str] | None:
+    """The match, over all ``patterns``, whose ``group`` ends last in ``text``."""
+    best = None
+    for pattern in patterns:
+        for m in pattern.finditer(text):
+            if best is None or m.end(group) > best.end(group):
+                best = m
+    return best
+
+
+def _number_answer(m: re.Match[str]) -> Answer | None:
+    """Answer for a match of a pattern built on ``_NUM``; the span includes the sign but not "$"."""
+    value = normalise_number((m["sign"] or "") + m["body"])
+    if value is None:
+        return None
+    start = m.start("sign") if m["sign"] else m.start("body")
+    return Answer(value, start, m.end("body"))
+
+
+def extract_number(text: str) -> Answer | None:
+    """Numeric answer (GSM8K, iGSM, BBH object counting / multistep arithmetic).
+
+    The last explicit marker ("The answer is N", "Answer: N", ``\\boxed{N}``, "#### N") holding a number
+    wins; a marker followed by something else ("The answer is N." copied from the prompt, "The answer is
+    the profit") is ignored. Otherwise the last number in the text is taken, skipping list labels
+    ("6. ..."), step labels and clock times ("Step 4:", "5:00") and digits inside identifiers or algebra.
+    """
+    m = _last(_NUMBER_MARKERS, text, "body")
+    if m is None:
+        numbers = [n for n in _NUMBER_FALLBACK.finditer(text) if n["body"] is not None]
+        m = numbers[-1] if numbers else None
+    return None if m is None else _number_answer(m)
+
+
+def extract_choice(text: str) -> Answer | None:
+    """Multiple-choice letter A-J (MMLU-Pro); value is the upper-case letter.
+
+    Markers: "The answer is (C)", "answer is C", "Answer: C", "**C**", ``\\boxed{C}``; the last wins.
+    Fallback: the last letter in parentheses, "(C)". Capitals that start words ("A man", "I think") are
+    never read as answers.
+    """
+    m = _last(_CHOICE_MARKERS, text, "ans") or _last((_CHOICE_FALLBACK,), text, "ans")
+    return None if m is None else Answer(m["ans"], m.start("ans"), m.end("ans"))
+
+
+def _extract_word(
+    text: str, markers: tuple[re.Pattern[str], ...], fallback: re.Pattern[str], canon: Callable[[str], str]
+) -> Answer | None:
+    """Shared body of the closed-vocabulary extractors: last marker, else last standalone word."""
+    m = _last(markers, text, "ans") or _last((fallback,), text, "ans")
+    return None if m is None else Answer(canon(m["ans"]), m.start("ans"), m.end("ans"))
+
+
+def extract_yes_no(text: str) -> Answer | None:
+    """"yes" or "no" (lower-case), from "The answer is Yes" or else the last standalone yes/no word."""
+    return _extract_word(text, _YES_NO_MARKERS, _YES_NO_FALLBACK, str.lower)
+
+
+def extract_true_false(text: str) -> Answer | None:
+    """"True" or "False", from "The answer is False" or else the last standalone true/false word."""
+    return _extract_word(text, _TRUE_FALSE_MARKERS, _TRUE_FALSE_FALLBACK, str.capitalize)
+
+
+EXTRACTORS: dict[str, Callable[[str], Answer | None]] = {
+    "number": extract_number,
+    "choice": extract_choice,
+    "yes_no": extract_yes_no,
+    "true_false": extract_true_false,
+}
+
+
+def get_extractor(name: str) -> Callable[[str], Answer | None]:
+    """The extractor registered as ``name``; ValueError naming the allowed ones otherwise."""
+    try:
+        return EXTRACTORS[name]
+    except KeyError:
+        raise ValueError(f"unknown answer extractor {name!r}; choose one of {sorted(EXTRACTORS)}") from None

@@ -1,0 +1,278 @@
+"""N-branch decoding: CoT-decoding (top-N first tokens, then greedy), sampling, or beam search.
+
+Each question's prompt is prefilled once; its KV cache is then repeated for the N branches, which
+continue in one batch. A branch stops on its own (stop string, EOS or the token budget) and leaves the
+batch at once; its slice of the KV cache is kept so that the assertion features (features.py) can be
+computed on top of it without re-encoding question and solution.
+
+Dimensions: Q questions, N branches per question, R = Q*N rows, P padded prompt length, V vocabulary,
+L layers, H kv heads, S sequence length, E head dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+MODES = ("cot", "sample", "beam")
+
+
+@dataclass
+class DecodingConfig:
+    n_branches: int = 10
+    """N, solutions per question. With `cot`, branch k starts with the k-th most likely first token."""
+    mode: str = "cot"
+    """`cot` (CoT-decoding: top-N first tokens, then greedy), `sample` (temperature / top-p), `beam`."""
+    temperature: float = 0.7
+    """Sampling temperature (`sample` only)."""
+    top_p: float = 0.95
+    """Nucleus mass kept when sampling (`sample` only)."""
+    seed: int = 1234
+    """Seed of the sampling generator (`sample` only); the other modes are deterministic."""
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"decoding={self.mode!r} is not supported; use one of {', '.join(MODES)}.")
+        if int(self.n_branches) < 1:
+            raise ValueError(f"n_branches={self.n_branches} must be >= 1 (e.g. n_branches=10).")
+        self.n_branches = int(self.n_branches)
+        if not self.temperature > 0:
+            raise ValueError(f"temperature={self.temperature} must be > 0.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1].")
+
+
+@dataclass
+class Branch:
+    """One decoded solution."""
+
+    text: str
+    """Generated text, cut at the first stop string (as lm-eval's HFLM does)."""
+    token_ids: list[int]
+    """Generated tokens kept in `text` (no EOS, nothing after a stop string)."""
+    margins: list[float]
+    """p(top1) - p(top2) of the model's next-token distribution at each kept token."""
+    offsets: list[tuple[int, int]]
+    """Character span [start, end) of each kept token in `text` (clipped to the text)."""
+    finish_reason: str
+    """`stop` (a stop string), `eos`, or `length` (token budget spent)."""
+
+
+@dataclass
+class BranchCache:
+    """KV cache of prompt + the branch's tokens fed so far, left padding removed."""
+
+    prompt_length: int
+    """Tokens of the prompt at the start of the cache; the rest are generated tokens."""
+    keys: list[torch.Tensor] = field(default_factory=list)  # per layer (H, S, E)
+    values: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return self.keys[0].shape[1]
+
+
+def top1_top2_margin(probs: torch.Tensor) -> torch.Tensor:
+    """(..., V) probabilities -> (...,) p(top1) - p(top2)."""
+    top2 = probs.topk(2, dim=-1).values
+    return top2[..., 0] - top2[..., 1]
+
+
+def _nucleus_sample(probs: torch.Tensor, top_p: float, n: int, generator) -> torch.Tensor:
+    """(B, V) probabilities -> (B, n) tokens sampled from the top-p nucleus."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    outside = sorted_probs.cumsum(-1) - sorted_probs > top_p  # always keeps the top token
+    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+    picks = torch.multinomial(sorted_probs, n, replacement=True, generator=generator)
+    return order.gather(-1, picks)
+
+
+def _snapshot(cache, row: int, pad: int, prompt_length: int) -> BranchCache:
+    return BranchCache(
+        prompt_length=prompt_length,
+        keys=[layer.keys[row, :, pad:].clone() for layer in cache.layers],
+        values=[layer.values[row, :, pad:].clone() for layer in cache.layers],
+    )
+
+
+def _finish_reason(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: int) -> str | None:
+    """Why the branch is done, or None. Called every step, so it only decodes a short tail window:
+    a stop string that appears now must end in the newest token (it was absent one step ago)."""
+    if ids[-1] in eos_ids:
+        return "eos"
+    window = max((len(s) for s in stop), default=0) + 8
+    tail = tokenizer.decode(ids[-window:], skip_special_tokens=True)
+    if any(s and s in tail for s in stop):
+        return "stop"
+    return "length" if len(ids) >= budget else None
+
+
+def make_branch(tokenizer, ids: list[int], margins: list[float], stop: list[str], reason: str) -> Branch:
+    """Cut the text at the first stop string and keep the tokens (with offsets) that lie in it."""
+    body = ids[:-1] if reason == "eos" else ids
+    text = tokenizer.decode(body, skip_special_tokens=True)
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=len(text))
+    text = text[:cut]
+    # Offsets from decoding growing prefixes: robust to multi-token characters and merges.
+    ends = [len(tokenizer.decode(body[: k + 1], skip_special_tokens=True)) for k in range(len(body))]
+    starts = [0] + ends[:-1]
+    kept = sum(1 for s in starts if s < len(text))
+    offsets = [(min(s, len(text)), min(e, len(text))) for s, e in zip(starts[:kept], ends[:kept])]
+    return Branch(text, body[:kept], margins[:kept], offsets, reason)
+
+
+@torch.inference_mode()
+def decode_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
+                    stop: list[str], eos_ids: set[int], pad_id: int) -> tuple[list[list[Branch]], list[list[BranchCache]]]:
+    """Decode N branches for each of Q prompts (lists of token ids). Returns branches and their caches."""
+    if config.mode == "beam":
+        return _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id)
+    device = model.device
+    n, q_count = config.n_branches, len(prompts)
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    width = int(lengths.max())
+    input_ids = torch.full((q_count, width), pad_id, dtype=torch.long, device=device)  # (Q, P) left-padded
+    mask = torch.zeros((q_count, width), dtype=torch.long, device=device)
+    for q, prompt in enumerate(prompts):
+        input_ids[q, width - len(prompt):] = torch.tensor(prompt, device=device)
+        mask[q, width - len(prompt):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    cache = out.past_key_values
+    probs = out.logits[:, -1].float().softmax(-1)  # (Q, V)
+    generator = torch.Generator(device=device).manual_seed(config.seed)
+    if config.mode == "cot":
+        if n > probs.shape[-1]:
+            raise ValueError(f"n_branches={n} exceeds the vocabulary size {probs.shape[-1]}.")
+        first = probs.topk(n, dim=-1).indices  # (Q, N)
+    else:
+        first = _nucleus_sample((probs.log() / config.temperature).softmax(-1), config.top_p, n, generator)
+    first_margin = top1_top2_margin(probs)  # (Q,)
+
+    cache.batch_repeat_interleave(n)  # rows r = q * N + k
+    mask = mask.repeat_interleave(n, dim=0)  # (R, P)
+    pads = (width - lengths).repeat_interleave(n).tolist()
+    row_lengths = lengths.repeat_interleave(n)  # (R,) true prompt lengths
+    tokens = first.reshape(-1, 1)  # (R, 1)
+    ids = [[t] for t in first.reshape(-1).tolist()]
+    margins = [[m] for m in first_margin.repeat_interleave(n).tolist()]
+    active = list(range(q_count * n))  # original row of each row still in the batch
+    branches: list[list[Branch | None]] = [[None] * n for _ in range(q_count)]
+    caches: list[list[BranchCache | None]] = [[None] * n for _ in range(q_count)]
+
+    while active:
+        keep = []
+        for i, row in enumerate(active):
+            reason = _finish_reason(tokenizer, ids[row], stop, eos_ids, max_new_tokens)
+            if reason is None:
+                keep.append(i)
+                continue
+            q, k = divmod(row, n)
+            branches[q][k] = make_branch(tokenizer, ids[row], margins[row], stop, reason)
+            caches[q][k] = _snapshot(cache, i, pads[row], len(prompts[q]))
+        if len(keep) < len(active):
+            index = torch.tensor(keep, dtype=torch.long, device=device)
+            cache.batch_select_indices(index)
+            mask, tokens = mask[index], tokens[index]
+            active = [active[i] for i in keep]
+        if not active:
+            break
+        rows = torch.tensor(active, device=device)
+        mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)  # (A, P + t)
+        position = (row_lengths[rows] + len(ids[active[0]]) - 1).unsqueeze(1)  # (A, 1)
+        out = model(input_ids=tokens, attention_mask=mask, position_ids=position, past_key_values=cache, use_cache=True)
+        probs = out.logits[:, -1].float().softmax(-1)  # (A, V)
+        if config.mode == "cot":
+            tokens = probs.argmax(-1, keepdim=True)  # (A, 1)
+        else:
+            tempered = (probs.log() / config.temperature).softmax(-1)
+            tokens = _nucleus_sample(tempered, config.top_p, 1, generator)
+        for row, token, margin in zip(active, tokens[:, 0].tolist(), top1_top2_margin(probs).tolist()):
+            ids[row].append(token)
+            margins[row].append(margin)
+    return branches, caches
+
+
+def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[int]]):
+    """Run `tokens[i]` on top of `cache_rows[i]` in one batch.
+
+    Caches are right-padded to a common length and the new tokens right-padded too; the attention
+    mask hides both paddings and explicit position ids continue each row's own sequence, so every row
+    sees exactly what a single unpadded forward would. Returns (outputs, last index of each row).
+    """
+    from transformers import DynamicCache
+
+    device = model.device
+    rows, longest = len(cache_rows), max(c.length for c in cache_rows)
+    new_width = max(len(t) for t in tokens)
+    cache = DynamicCache(config=model.config)
+    for layer in range(len(cache_rows[0].keys)):
+        keys = cache_rows[0].keys[layer].new_zeros((rows, *cache_rows[0].keys[layer].shape[:1], longest,
+                                                     cache_rows[0].keys[layer].shape[-1]))  # (B, H, S, E)
+        values = torch.zeros_like(keys)
+        for i, c in enumerate(cache_rows):
+            keys[i, :, : c.length] = c.keys[layer]
+            values[i, :, : c.length] = c.values[layer]
+        cache.update(keys, values, layer)
+    mask = torch.zeros((rows, longest + new_width), dtype=torch.long, device=device)  # (B, S + U)
+    input_ids = torch.zeros((rows, new_width), dtype=torch.long, device=device)  # (B, U)
+    positions = torch.zeros((rows, new_width), dtype=torch.long, device=device)
+    for i, (c, t) in enumerate(zip(cache_rows, tokens)):
+        mask[i, : c.length] = 1
+        mask[i, longest: longest + len(t)] = 1
+        input_ids[i, : len(t)] = torch.tensor(t, device=device)
+        positions[i] = c.length + torch.arange(new_width, device=device)
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                use_cache=True, output_hidden_states=True)
+    last = torch.tensor([len(t) - 1 for t in tokens], device=device)
+    return out, last
+
+
+def _strip_padding(seq: list[int], eos_ids: set[int], pad_id: int) -> list[int]:
+    """`generate` pads finished beams: keep up to and including the first EOS, drop trailing pads."""
+    for i, token in enumerate(seq):
+        if token in eos_ids:
+            return seq[: i + 1]
+    while len(seq) > 1 and seq[-1] == pad_id:
+        seq = seq[:-1]
+    return seq
+
+
+def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id):
+    """Beam search via `generate` (N beams, N returned), then margins and caches in one extra pass.
+
+    Beam search reorders its cache internally, so each beam's cache is rebuilt by running its tokens
+    on top of the prompt's prefill (the question is still encoded once per prompt, not per beam).
+    """
+    from transformers import StoppingCriteriaList, StopStringCriteria
+
+    device, n = model.device, config.n_branches
+    stop_strings = [s for s in stop if s]
+    branches, caches = [], []
+    for prompt in prompts:
+        input_ids = torch.tensor([prompt], device=device)  # (1, P)
+        criteria = StoppingCriteriaList([StopStringCriteria(tokenizer, stop_strings)]) if stop_strings else None
+        generated = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), num_beams=n,
+                                   num_return_sequences=n, do_sample=False, max_new_tokens=max_new_tokens,
+                                   stopping_criteria=criteria, pad_token_id=pad_id)[:, len(prompt):]  # (N, T)
+        prefill = model(input_ids=input_ids, use_cache=True)
+        base = _snapshot(prefill.past_key_values, 0, 0, len(prompt))
+        first_probs = prefill.logits[0, -1].float().softmax(-1)  # (V,)
+        row_ids = [_strip_padding(seq, eos_ids, pad_id) for seq in generated.tolist()]
+        out, _ = extend_with_tokens(model, [base] * n, row_ids)
+        step_margins = top1_top2_margin(out.logits.float().softmax(-1))  # (N, T): margin of the NEXT token
+        q_branches, q_caches = [], []
+        for k, ids in enumerate(row_ids):
+            margins = [float(top1_top2_margin(first_probs))] + step_margins[k, : len(ids) - 1].tolist()
+            reason = _finish_reason(tokenizer, ids, stop, eos_ids, budget=len(ids))
+            q_branches.append(make_branch(tokenizer, ids, margins, stop, reason))
+            end = base.length + len(ids)
+            q_caches.append(BranchCache(
+                prompt_length=len(prompt),
+                keys=[layer.keys[k, :, :end].clone() for layer in out.past_key_values.layers],
+                values=[layer.values[k, :, :end].clone() for layer in out.past_key_values.layers],
+            ))
+        branches.append(q_branches)
+        caches.append(q_caches)
+    return branches, caches

@@ -1,0 +1,57 @@
+"""Contrastive assertion features: phi(x+/-) for x+/- = prompt + branch + " This is a true/false answer."
+
+Only the template tokens are run, on top of each branch's KV cache from decoding (decoding.py), so the
+question and solution are never encoded twice. The token sequence is prompt ids + the branch's kept ids
++ the template's ids (the template is tokenized on its own, without special tokens); a full forward pass
+over that same sequence gives the same hidden states (tested to 1e-4 in fp32).
+
+Dimensions: N branches, D hidden size, B rows of one forward pass.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .decoding import Branch, BranchCache, extend_with_tokens
+
+TRUE_TEMPLATE = " This is a true answer."
+FALSE_TEMPLATE = " This is a false answer."
+
+
+def check_layer(layer: int | None, n_layers: int) -> int:
+    """Resolve `layer` (None = middle) to an index into hidden_states (0 = embeddings, n_layers = last)."""
+    if layer is None:
+        return n_layers // 2
+    if not -(n_layers + 1) <= layer <= n_layers:
+        raise ValueError(
+            f"layer={layer} is out of range for this model: use 0..{n_layers} "
+            f"(0 = embeddings, {n_layers} = last block) or a negative index down to {-(n_layers + 1)}."
+        )
+    return layer % (n_layers + 1)
+
+
+def _trim(cache: BranchCache, keep: int) -> BranchCache:
+    return BranchCache(cache.prompt_length, [k[:, :keep] for k in cache.keys], [v[:, :keep] for v in cache.values])
+
+
+@torch.inference_mode()
+def assertion_features(model, branches: list[Branch], caches: list[BranchCache], template_ids: list[list[int]],
+                       layer: int, rows_per_pass: int = 16) -> torch.Tensor:
+    """Features of one question's branches: (N, T, D) with T = len(template_ids) (x+, x-), float32, CPU."""
+    jobs = []  # one row per (branch, template)
+    for branch, cache in zip(branches, caches, strict=True):
+        in_cache = cache.length - cache.prompt_length
+        kept = len(branch.token_ids)
+        # The last sampled token of a branch is never fed during decoding; feed what the cache lacks.
+        base = _trim(cache, cache.prompt_length + min(kept, in_cache))
+        missing = branch.token_ids[in_cache:]
+        for ids in template_ids:
+            jobs.append((base, missing + ids))
+    hidden = []
+    for start in range(0, len(jobs), rows_per_pass):
+        chunk = jobs[start: start + rows_per_pass]
+        out, last = extend_with_tokens(model, [c for c, _ in chunk], [t for _, t in chunk])
+        states = out.hidden_states[layer]  # (B, U, D)
+        hidden.append(states[torch.arange(len(chunk)), last].float().cpu())  # (B, D)
+    features = torch.cat(hidden)  # (N * T, D)
+    return features.reshape(len(branches), len(template_ids), -1)  # (N, T, D)

