@@ -88,7 +88,7 @@ def _nucleus_sample(probs: torch.Tensor, top_p: float, n: int, generator) -> tor
     return order.gather(-1, picks)
 
 
-def _snapshot(cache, row: int, pad: int, prompt_length: int) -> BranchCache:
+def snapshot(cache, row: int, pad: int, prompt_length: int) -> BranchCache:
     return BranchCache(
         prompt_length=prompt_length,
         keys=[layer.keys[row, :, pad:].clone() for layer in cache.layers],
@@ -170,7 +170,7 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
                 continue
             q, k = divmod(row, n)
             branches[q][k] = make_branch(tokenizer, ids[row], margins[row], stop, reason)
-            caches[q][k] = _snapshot(cache, i, pads[row], len(prompts[q]))
+            caches[q][k] = snapshot(cache, i, pads[row], len(prompts[q]))
         if len(keep) < len(active):
             index = torch.tensor(keep, dtype=torch.long, device=device)
             cache.batch_select_indices(index)
@@ -257,7 +257,7 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
                                    num_return_sequences=n, do_sample=False, max_new_tokens=max_new_tokens,
                                    stopping_criteria=criteria, pad_token_id=pad_id)[:, len(prompt):]  # (N, T)
         prefill = model(input_ids=input_ids, use_cache=True)
-        base = _snapshot(prefill.past_key_values, 0, 0, len(prompt))
+        base = snapshot(prefill.past_key_values, 0, 0, len(prompt))
         first_probs = prefill.logits[0, -1].float().softmax(-1)  # (V,)
         row_ids = [_strip_padding(seq, eos_ids, pad_id) for seq in generated.tolist()]
         out, _ = extend_with_tokens(model, [base] * n, row_ids)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from .decoding import Branch, BranchCache, extend_with_tokens
+from .decoding import Branch, BranchCache, extend_with_tokens, snapshot
 
 TRUE_TEMPLATE = " This is a true answer."
 FALSE_TEMPLATE = " This is a false answer."
-
 
 def check_layer(layer: int | None, n_layers: int) -> int:
     """Resolve `layer` (None = middle) to an index into hidden_states (0 = embeddings, n_layers = last)."""
@@ -29,10 +28,8 @@ def check_layer(layer: int | None, n_layers: int) -> int:
         )
     return layer % (n_layers + 1)
 
-
 def _trim(cache: BranchCache, keep: int) -> BranchCache:
     return BranchCache(cache.prompt_length, [k[:, :keep] for k in cache.keys], [v[:, :keep] for v in cache.values])
-
 
 @torch.inference_mode()
 def assertion_features(model, branches: list[Branch], caches: list[BranchCache], template_ids: list[list[int]],
@@ -55,3 +52,21 @@ def assertion_features(model, branches: list[Branch], caches: list[BranchCache],
         hidden.append(states[torch.arange(len(chunk)), last].float().cpu())  # (B, D)
     features = torch.cat(hidden)  # (N * T, D)
     return features.reshape(len(branches), len(template_ids), -1)  # (N, T, D)
+
+@torch.inference_mode()
+def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], template_ids: list[list[int]],
+                         layer: int) -> torch.Tensor:
+    """Features of banked branches (no KV cache at hand): one prefill of the prompt, one pass over all
+    branches' tokens on top of it, then the templates. Same values as `assertion_features`."""
+
+    prefill = model(input_ids=torch.tensor([prompt_ids], device=model.device), use_cache=True)
+    base = snapshot(prefill.past_key_values, 0, 0, len(prompt_ids))
+    if not any(b.token_ids for b in branches):
+        return assertion_features(model, branches, [base] * len(branches), template_ids, layer)
+    out, _ = extend_with_tokens(model, [base] * len(branches), [b.token_ids for b in branches])
+    caches = []
+    for k, branch in enumerate(branches):
+        end = base.length + len(branch.token_ids)
+        caches.append(BranchCache(len(prompt_ids), [layer_cache.keys[k, :, :end] for layer_cache in out.past_key_values.layers],
+                                  [layer_cache.values[k, :, :end] for layer_cache in out.past_key_values.layers]))
+    return assertion_features(model, branches, caches, template_ids, layer)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import asdict
 
 import torch
 from lm_eval.models.huggingface import HFLM
@@ -16,8 +17,9 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from tqdm import tqdm
 
 from . import loading
+from .bank import BranchBank, record_key
 from .decoding import DecodingConfig, decode_branches
-from .features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer
+from .features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer, features_from_tokens
 from .results import LoverResult
 
 log = logging.getLogger(__name__)
@@ -32,13 +34,15 @@ class LoverLM(HFLM):
 
     Extra model_args: n_branches (10), decoding (cot|sample|beam), temperature, top_p, seed, layer
     (default: middle), true_template / false_template, verifier=PATH|fit, supervised_verifier=PATH,
-    extract (answer extractor used by verifier=fit). `pretrained` may be omitted: the embedded
+    extract (answer extractor used by verifier=fit), bank=PATH (reuse/append decoded branches).
+    The default verifier=fit fits a verifier label-free on the evaluated questions' own branches
+    (test-time fit), so the LoVer rows never need a separate training step. `pretrained` may be omitted: the embedded
     SmolLM2-135M-Instruct is used. `gguf_file` is converted once to a cached HF folder.
     """
 
     def __init__(self, pretrained=None, gguf_file=None, n_branches=10, decoding="cot", temperature=0.7,
                  top_p=0.95, seed=1234, layer=None, true_template=TRUE_TEMPLATE, false_template=FALSE_TEMPLATE,
-                 verifier=None, supervised_verifier=None, extract="number", device=None, **kwargs):
+                 verifier="fit", supervised_verifier=None, extract="number", bank=None, device=None, **kwargs):
         self.decoding = DecodingConfig(n_branches=int(n_branches), mode=str(decoding),
                                        temperature=float(temperature), top_p=float(top_p), seed=int(seed))
         self.gguf_sha256 = None
@@ -48,7 +52,9 @@ class LoverLM(HFLM):
             gguf_path = loading.resolve_gguf(pretrained, str(gguf_file))
             pretrained = str(loading.convert_gguf(gguf_path))
             self.gguf_sha256 = loading.sha256_file(gguf_path)
-        # device=None lets HFLM pick CUDA when present and the CPU otherwise (HFLM's own default is "cuda").
+        # HFLM's own default is "cuda", which fails on CPU-only machines: pick what is there.
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         super().__init__(pretrained=pretrained, device=device, **kwargs)
         n_layers = self.model.config.num_hidden_layers
         self.layer = check_layer(_optional_int(layer), n_layers)
@@ -61,6 +67,7 @@ class LoverLM(HFLM):
             "layer": self.layer,
             "templates": list(self.templates),
         }
+        self.bank = BranchBank(bank) if bank not in (None, "", "None") else None
         self.verifiers = {}
         self.fit_at_test_time = str(verifier) == "fit"
         from .verifier import load_checkpoint
@@ -84,7 +91,7 @@ class LoverLM(HFLM):
         return ids
 
     def decode_requests(self, contexts: list[str], gen_kwargs: dict) -> list[LoverResult]:
-        """Decode and featurise a batch of contexts that share generation kwargs."""
+        """Decode (or take from the bank) and featurise a batch of contexts that share generation kwargs."""
         kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
@@ -94,14 +101,26 @@ class LoverLM(HFLM):
             raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for the prompt in this model's "
                              f"context window of {self.max_length} tokens; lower max_gen_toks.")
         prompts = [self._prompt_ids(c, max_ctx_len) for c in contexts]
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
-        branches, caches = decode_branches(self.model, self.tokenizer, prompts, self.decoding, max_gen_toks,
-                                           until, self._eos_ids(), pad_id)
+        settings = {"decoding": asdict(self.decoding), "until": until, "max_gen_toks": max_gen_toks}
+        keys = [record_key(self.identity["model"], p, settings) for p in prompts]
+        branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
+        features = [None] * len(prompts)
+        todo = [i for i, b in enumerate(branches) if b is None]
+        if todo:
+            pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
+            decoded, caches = decode_branches(self.model, self.tokenizer, [prompts[i] for i in todo], self.decoding,
+                                              max_gen_toks, until, self._eos_ids(), pad_id)
+            for i, q_branches, q_caches in zip(todo, decoded, caches):
+                branches[i] = q_branches
+                features[i] = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layer)
+                if self.bank is not None:
+                    self.bank.add(keys[i], q_branches, prompt_ids=prompts[i])
         results = []
-        for q_branches, q_caches in zip(branches, caches):
-            features = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layer)
-            probs = {name: torch.stack(v(features), dim=-1).numpy() for name, v in self.verifiers.items()}  # (N, 2)
-            results.append(LoverResult(q_branches, features.numpy(), probs, self.layer))
+        for i, q_branches in enumerate(branches):
+            if features[i] is None:  # from the bank: no KV cache, one prefill per question
+                features[i] = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, self.layer)
+            probs = {name: torch.stack(v(features[i]), dim=-1).numpy() for name, v in self.verifiers.items()}
+            results.append(LoverResult(q_branches, features[i].numpy(), probs, self.layer))
         return results
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
@@ -125,9 +144,9 @@ class LoverLM(HFLM):
                 bar.update(len(chunk))
         bar.close()
         if self.fit_at_test_time:
-            from .verifier import fit_on_results
+            from .training import fit_on_results
 
-            fit_on_results(results, extract=self.extract, identity=self.identity)
+            fit_on_results(results, extract=self.extract)
         return results
 
     @torch.no_grad()

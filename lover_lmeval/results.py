@@ -5,7 +5,7 @@ filter (`regex`, `take_first`, ...) and metric works on it unchanged and scores 
 Everything else rides along as attributes for the `lover_select` filter: all N branches with their
 token margins and offsets, the assertion features (N, 2, D) and, with a verifier, p+ and p-.
 
-`str(result)` is compact JSON (texts, finish reasons, scores; no arrays), which is what lm-eval's
+`str(result)` is compact JSON (texts, finish reasons, feature shape, scores; no arrays), which is what lm-eval's
 `--log_samples` writes. Pickling (lm-eval's `--use_cache`) goes through `__reduce__`, because `str`
 subclasses otherwise re-create themselves from their string value alone.
 """
@@ -60,6 +60,7 @@ class LoverResult(str):
         return {
             "texts": self.texts,
             "finish": [b.finish_reason for b in self.branches],
+            "features": None if self.features is None else list(self.features.shape),
             "scores": {name: [round(float(s), 4) for s in self.scores(name)] for name in self.verifier_probs},
         }
 

@@ -3,19 +3,41 @@
 With `LOVER_DATA_DIR` set, files are read from that folder in the layout of `../shared/data` (see its
 README); without it, from the public hub datasets. Every loader returns a `datasets.DatasetDict` whose
 docs carry a normalised `target` (what `exact_match` compares against) next to the original fields.
-Splits follow the LoVer paper (appendix B).
+Splits follow the LoVer paper (appendix B). One loader per dataset family; the YAMLs pick a member
+through `dataset_kwargs` (lm-eval calls `custom_dataset(**metadata, **dataset_kwargs)`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import random
 from pathlib import Path
 
-from .answers import normalise_number
+from .answers import get_extractor, normalise_number
 
 DATA_ENV = "LOVER_DATA_DIR"
-SPLIT_SEED = 0  # fixed shuffle for the paper's train/validation cut of GSM8K's train file
+# Fixed shuffle for the paper's train/validation cut of GSM8K's train file (and HotpotQA's hub train subset).
+SPLIT_SEED = 0
+
+# iGSM as in the paper: problem shape shared by both splits, test per max_op, train at max_op 8.
+IGSM_SHAPE = {"max_edge": 12, "perm_level": 5, "detail_level": 0}
+IGSM_TEST_SEED, IGSM_TEST_SIZE = 42, 100
+IGSM_TRAIN_SEED, IGSM_TRAIN_SIZE, IGSM_TRAIN_MAX_OP = 43, 1500, 8
+# MMLU-Pro: these four categories are the test sets; the other ten categories are the training set.
+MMLU_PRO_TEST_CATEGORIES = ("computer science", "physics", "history", "biology")
+HOTPOTQA_HUB_TRAIN_SIZE = 3000  # the paper's count of yes/no training questions
+# Answer type of each BIG-Bench Hard task: the extractor (answers.py) whose normal form its targets take.
+# Its YAML names the same extractor in its filters; tests/test_tasks.py checks that the two agree.
+BBH_TASKS = {
+    "boolean_expressions": "true_false",
+    "web_of_lies": "yes_no",
+    "object_counting": "number",
+    "navigate": "yes_no",
+    "multistep_arithmetic_two": "number",
+    "causal_judgement": "yes_no",
+}
 
 
 def data_dir() -> Path | None:
@@ -39,7 +61,26 @@ def read_jsonl(relative: str) -> list[dict]:
 def _dataset_dict(splits: dict[str, list[dict]]):
     import datasets
 
-    return datasets.DatasetDict({name: datasets.Dataset.from_list(rows) for name, rows in splits.items()})
+    return datasets.DatasetDict({name: datasets.Dataset.from_list(list(rows)) for name, rows in splits.items()})
+
+
+def _rows(relative: str, hub_path: str, hub_name: str | None = None, split: str = "test") -> list[dict]:
+    """Rows of `$LOVER_DATA_DIR/relative` when the variable is set, else of a hub dataset's split."""
+    if data_dir() is not None:
+        return read_jsonl(relative)
+    import datasets
+
+    return list(datasets.load_dataset(hub_path, hub_name, split=split))
+
+
+def normalise_target(gold: str, extract: str) -> str:
+    """`gold` in the normal form that extractor `extract` gives answers ("Yes" -> "yes", "-50" -> "-50",
+    "C" -> "C"): the extractor itself reads it from "The answer is <gold>.", so a correct extracted answer
+    equals the target under exact_match by construction."""
+    answer = get_extractor(extract)(f"The answer is {gold}.")
+    if answer is None:
+        raise ValueError(f"gold answer {gold!r} is not a well-formed {extract!r} answer")
+    return answer.value
 
 
 def _gsm8k_doc(row: dict) -> dict:
@@ -49,17 +90,79 @@ def _gsm8k_doc(row: dict) -> dict:
 
 def load_gsm8k(**_):
     """train 7000 / validation 473 (a fixed shuffle of the 7473 train questions) / test 1319."""
-    import random
-
-    if data_dir() is None:
-        import datasets
-
-        hub = datasets.load_dataset("openai/gsm8k", "main")
-        train, test = list(hub["train"]), list(hub["test"])
-    else:
-        train, test = read_jsonl("gsm8k/train.jsonl"), read_jsonl("gsm8k/test.jsonl")
+    train = _rows("gsm8k/train.jsonl", "openai/gsm8k", "main", split="train")
+    test = _rows("gsm8k/test.jsonl", "openai/gsm8k", "main", split="test")
     order = list(range(len(train)))
     random.Random(SPLIT_SEED).shuffle(order)
     train_docs = [_gsm8k_doc(train[i]) for i in order]
     return _dataset_dict({"train": train_docs[:7000], "validation": train_docs[7000:],
                           "test": [_gsm8k_doc(r) for r in test]})
+
+
+@functools.lru_cache(maxsize=8)
+def _igsm_docs(max_op: int, seed: int, n: int) -> tuple[dict, ...]:
+    from .igsm import IGSMConfig, generate
+
+    problems = generate(IGSMConfig(max_op=max_op, seed=seed, **IGSM_SHAPE), n)
+    return tuple({**p, "target": normalise_target(p["answer"], "number")} for p in problems)
+
+
+def load_igsm(max_op: int, **_):
+    """iGSM problems generated on the fly (no files; deterministic): test = 100 problems at `max_op`
+    (seed 42), train = 1500 problems at max_op 8 (seed 43); all with max_edge 12, perm_level 5,
+    detail_level 0. Train deliberately uses another seed than test: problem i depends only on
+    (seed, max_op, i), so with seed 42 the max_op=8 test set would be the first 100 training problems.
+    Docs are the generator's records (question, solution, answer, n_op, ...) plus `target`."""
+    return _dataset_dict({"train": _igsm_docs(IGSM_TRAIN_MAX_OP, IGSM_TRAIN_SEED, IGSM_TRAIN_SIZE),
+                          "test": _igsm_docs(int(max_op), IGSM_TEST_SEED, IGSM_TEST_SIZE)})
+
+
+def load_hotpotqa_yesno(**_):
+    """Closed-book HotpotQA yes/no questions (no passages are given to the model).
+
+    test: the 458 yes/no questions of the distractor dev set. train: unlabeled, every `target` is "":
+    LoVer fits its verifier without labels, and the paper's 3000 labelled yes/no training questions are
+    not available offline. Locally train is the 535 yes/no-like test-split questions of
+    hotpotqa/unlabeled_yesno_like.jsonl; from the hub, 3000 yes/no questions of the train split (fixed
+    shuffle) with their labels dropped, so that both sources train the same, unsupervised way.
+    """
+    if data_dir() is None:
+        import datasets
+
+        hub = datasets.load_dataset("hotpotqa/hotpot_qa", "distractor")
+        yes_no = {split: [r for r in hub[split].select_columns(["question", "answer", "type"])
+                          if r["answer"] in ("yes", "no")] for split in ("train", "validation")}
+        test, train = yes_no["validation"], yes_no["train"]
+        random.Random(SPLIT_SEED).shuffle(train)
+        train = train[:HOTPOTQA_HUB_TRAIN_SIZE]
+    else:
+        test, train = read_jsonl("hotpotqa/dev_yesno.jsonl"), read_jsonl("hotpotqa/unlabeled_yesno_like.jsonl")
+    return _dataset_dict({
+        "train": [{"question": r["question"], "target": ""} for r in train],
+        "test": [{"question": r["question"], "answer": r["answer"], "type": r["type"],
+                  "target": normalise_target(r["answer"], "yes_no")} for r in test],
+    })
+
+
+def load_mmlu_pro(category: str, **_):
+    """MMLU-Pro, paper split: test = the rows of `category` (one of MMLU_PRO_TEST_CATEGORIES), train = the
+    rows of the ten other categories (the same 9225 rows for every test category). `target` = the letter."""
+    if category not in MMLU_PRO_TEST_CATEGORIES:
+        raise ValueError(f"MMLU-Pro category {category!r} is not a test category; use one of "
+                         f"{MMLU_PRO_TEST_CATEGORIES} (the other categories form the training set)")
+    fields = ("question_id", "question", "options", "answer", "answer_index", "category", "src")
+    docs = [{**{k: r[k] for k in fields}, "target": normalise_target(r["answer"], "choice")}
+            for r in _rows("mmlu_pro/test.jsonl", "TIGER-Lab/MMLU-Pro")]
+    return _dataset_dict({"train": [d for d in docs if d["category"] not in MMLU_PRO_TEST_CATEGORIES],
+                          "test": [d for d in docs if d["category"] == category]})
+
+
+def load_bbh(name: str, **_):
+    """A BIG-Bench Hard task (one of BBH_TASKS), test split only: BBH is out-of-distribution evaluation
+    for a verifier trained on another task. `question` is the input without a leading "Question: "."""
+    if name not in BBH_TASKS:
+        raise ValueError(f"unknown BBH task {name!r}; use one of {sorted(BBH_TASKS)}")
+    rows = _rows(f"bbh/{name}.jsonl", "lukaemon/bbh", name)
+    return _dataset_dict({"test": [
+        {"question": r["input"].removeprefix("Question: "), "input": r["input"], "answer": r["target"],
+         "target": normalise_target(r["target"], BBH_TASKS[name])} for r in rows]})

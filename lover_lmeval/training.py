@@ -1,0 +1,162 @@
+"""From lover_hf results to a fitted verifier: `lover train` and the test-time fit (`verifier=fit`).
+
+Answer groups come from the extractor that the task's own filter_list names. The unsupervised path
+never touches a document's answer; only `--supervised` (the ceiling baseline) reads gold targets.
+
+Dimensions: Q questions, N branches (padded to the largest), D hidden size.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .answers import get_extractor
+from .verifier import VerifierConfig, fit, save_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+def batch_results(results, extract: str):
+    """Stack results into (features (Q, N, 2, D), mask (Q, N), groups (Q, N), answers per question).
+
+    Branches with the same extracted answer share a group id; all branches without an answer form
+    one more group of their own (as the reference implementation does).
+    """
+    extractor = get_extractor(extract)
+    n_max = max(len(r.branches) for r in results)
+    dim = results[0].features.shape[-1]
+    features = torch.zeros((len(results), n_max, 2, dim))  # (Q, N, 2, D)
+    mask = torch.zeros((len(results), n_max), dtype=torch.bool)
+    groups = torch.zeros((len(results), n_max), dtype=torch.long)
+    answers = []
+    for q, result in enumerate(results):
+        n = len(result.branches)
+        features[q, :n] = torch.from_numpy(result.features)
+        mask[q, :n] = True
+        values = [a.value if (a := extractor(b.text)) is not None else None for b in result.branches]
+        ids: dict[str | None, int] = {}
+        groups[q, :n] = torch.tensor([ids.setdefault(v, len(ids)) for v in values])
+        answers.append(values)
+    return features, mask, groups, answers
+
+
+def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
+    """Test-time fit: train label-free on these results' own branches, then score them in place."""
+    features, mask, groups, _ = batch_results(results, extract)
+    verifier = fit(features, mask, groups, config or VerifierConfig()).verifier
+    with torch.no_grad():
+        p_pos, p_neg = verifier(features)  # (Q, N) each
+    for q, result in enumerate(results):
+        n = len(result.branches)
+        result.verifier_probs["lover"] = torch.stack([p_pos[q, :n], p_neg[q, :n]], dim=-1).numpy()
+    return verifier
+
+
+def task_extractor(task) -> str:
+    """The extractor named by the task's lover_select filters (its one source of truth)."""
+    names = {step.get("extract") for entry in (task.config.filter_list or []) for step in entry.get("filter", [])
+             if step.get("function") == "lover_select"}
+    if len(names) != 1 or None in names:
+        raise ValueError(f"task {task.config.task!r} must name exactly one extractor in its lover_select "
+                         f"filters (found {sorted(map(str, names))}); include one of the _lover_<extractor>.yaml bases.")
+    return names.pop()
+
+
+def plot_history(history: list[dict], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: no loss-curve PNG (pip install 'lover-lmeval[plots]')")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    terms = [k for k in history[0] if k not in ("restart", "epoch")]
+    for restart in sorted({row["restart"] for row in history}):
+        rows = [r for r in history if r["restart"] == restart]
+        for term in terms:
+            ax.plot([r["epoch"] for r in rows], [r[term] for r in rows], label=f"r{restart} {term}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss")
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def train(model_args: str, task_name: str, split: str, limit: int | None, out: str | Path,
+          include_path: str | None, supervised: bool = False, losses: str = "nega+intra+inter", seed: int = 0,
+          bank: str | None = None, apply_chat_template: bool = False) -> dict:
+    """Decode (through the bank), extract, fit and write checkpoint + report; returns the metadata."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.tasks import TaskManager, get_task_dict
+    from lm_eval.utils import simple_parse_args_string
+
+    from .model import LoverLM
+    from .loading import cache_dir
+
+    task = get_task_dict([task_name], TaskManager(include_path=include_path))[task_name]
+    extract = task_extractor(task)
+    if split not in task.dataset:
+        raise ValueError(f"--split {split!r} not in task {task_name!r}; it has {sorted(task.dataset)}")
+    docs = list(task.dataset[split])[: limit or None]
+    args = {"verifier": None, **simple_parse_args_string(model_args)}
+    args.setdefault("bank", str(bank or cache_dir() / "banks" / f"{task_name}-{split}.jsonl.gz"))
+    lm = LoverLM(**args)
+    chat = lm.apply_chat_template if apply_chat_template else None
+    contexts = [task.fewshot_context(d, 0, apply_chat_template=apply_chat_template, chat_template=chat) for d in docs]
+    gen_kwargs = dict(task.config.generation_kwargs or {})
+    # The documents (which hold the answers) are not handed to the model at all.
+    requests = [Instance("generate_until", {}, (c, gen_kwargs), i) for i, c in enumerate(contexts)]
+    results = lm.generate_until(requests)
+    features, mask, groups, answers = batch_results(results, extract)
+    labels = None
+    if supervised:
+        gold = [str(task.doc_to_target(d)).strip() for d in docs]
+        if not all(gold):
+            raise ValueError(f"--supervised needs gold answers, but split {split!r} of {task_name!r} has "
+                             f"{sum(not g for g in gold)} empty targets (an unlabeled split); drop --supervised.")
+        labels = torch.tensor([[float(a == g) for a in row] + [0.0] * (mask.shape[1] - len(row))
+                               for row, g in zip(answers, gold)])
+    config = VerifierConfig(losses=losses, seed=seed)
+    result = fit(features, mask, groups, config, labels=labels)
+    metadata = {**lm.identity, "decoding": {**vars(lm.decoding)}, "n_branches": lm.decoding.n_branches,
+                "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
+                "n_questions": len(docs), "seed": seed, "supervised": supervised, "extract": extract,
+                "final_losses": result.final_losses}
+    out = Path(out)
+    save_checkpoint(out, result.verifier, metadata)
+    report = {"metadata": metadata, "restart_losses": result.restart_losses,
+              "mean_distinct_answers": float(np.mean([len(set(a)) for a in answers]))}
+    out.with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot_history(result.history, out.with_suffix(".losses.png"))
+    return metadata
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model_args", default="", help="lover_hf model args, e.g. pretrained=...,gguf_file=...,layer=12")
+    parser.add_argument("--task", required=True, help="task name, e.g. lover_gsm8k")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--limit", type=int, default=None, help="first N documents of the split")
+    parser.add_argument("--out", required=True, help="checkpoint path (.safetensors); .json/.report.json/.losses.png beside it")
+    parser.add_argument("--include_path", default="task_configs")
+    parser.add_argument("--supervised", action="store_true", help="ceiling baseline: BCE on gold correctness")
+    parser.add_argument("--losses", default="nega+intra+inter")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bank", default=None, help="branch bank file (default: in the lover-lmeval cache dir)")
+    parser.add_argument("--apply_chat_template", action="store_true")
+
+
+def run(args) -> int:
+    logging.basicConfig(level=logging.INFO)
+    metadata = train(args.model_args, args.task, args.split, args.limit, args.out, args.include_path,
+                     args.supervised, args.losses, args.seed, args.bank, args.apply_chat_template)
+    print(json.dumps({"checkpoint": args.out, "final_losses": metadata["final_losses"]}, indent=2))
+    return 0

@@ -1,0 +1,51 @@
+"""Assertion features from each branch's KV cache equal a full re-encode of prompt + branch + template."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lover_lmeval.decoding import DecodingConfig, decode_branches
+from lover_lmeval.features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer
+
+
+def _reencode(model, ids: list[int], layer: int) -> torch.Tensor:
+    out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    return out.hidden_states[layer][0, -1]
+
+
+@pytest.mark.parametrize("mode", ["cot", "beam"])
+def test_features_equal_full_reencode_for_padded_batched_branches(tiny_model, tokenizer, mode):
+    # Two prompts of different lengths (left padding) and a stop string that ends some branches
+    # early (their caches hold tokens beyond the kept text) while others run out of budget (their
+    # last token was never fed): every cache-trimming path is exercised.
+    prompts = [tokenizer.encode("Question: what is two plus five?\nAnswer:"), tokenizer.encode("Hello")]
+    templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
+    free, _ = decode_branches(tiny_model, tokenizer, prompts, DecodingConfig(4, mode), 10, [], {-1},
+                              tokenizer.pad_token_id)
+    stop = free[0][1].text[-4:-2]
+    branches, caches = decode_branches(tiny_model, tokenizer, prompts, DecodingConfig(4, mode), 10, [stop],
+                                       {-1}, tokenizer.pad_token_id)
+    reasons = {b.finish_reason for q in branches for b in q}
+    assert {"stop", "length"} <= reasons, reasons
+    layer = 2
+    for prompt, q_branches, q_caches in zip(prompts, branches, caches):
+        features = assertion_features(tiny_model, q_branches, q_caches, templates, layer, rows_per_pass=3)
+        assert features.shape == (4, 2, tiny_model.config.hidden_size)
+        for k, branch in enumerate(q_branches):
+            for t, template in enumerate(templates):
+                expected = _reencode(tiny_model, prompt + branch.token_ids + template, layer)
+                torch.testing.assert_close(features[k, t], expected, atol=1e-4, rtol=0)
+        assert not torch.allclose(features[:, 0], features[:, 1]), "x+ and x- must differ"
+
+
+def test_layer_defaults_to_middle_and_accepts_negative_indices():
+    assert check_layer(None, 24) == 12
+    assert check_layer(-1, 24) == 24
+    assert check_layer(-25, 24) == 0
+
+
+@pytest.mark.parametrize("layer", [25, -26])
+def test_layer_out_of_range_names_the_allowed_range(layer):
+    with pytest.raises(ValueError, match=rf"layer={layer} is out of range.*0\.\.24"):
+        check_layer(layer, 24)

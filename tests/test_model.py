@@ -1,0 +1,84 @@
+"""`lover_hf` as lm-eval sees it: registration, generate_until, and its input errors."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+from lm_eval.api.instance import Instance
+
+from lover_lmeval.model import LoverLM
+from lover_lmeval.results import LoverResult
+
+
+class LabelTrap(dict):
+    """A doc that fails the test if the model reads it: it holds the gold answer."""
+
+    def __getitem__(self, key):
+        raise AssertionError(f"lover_hf read doc[{key!r}]: label leakage")
+
+    get = keys = items = values = __iter__ = __getitem__
+
+
+def _request(context, max_gen_toks=6, until=("\n\n",)):
+    return Instance("generate_until", LabelTrap(answer="42"), (context, {"until": list(until), "max_gen_toks": max_gen_toks}), 0)
+
+
+@pytest.fixture(scope="module")
+def lover_lm(tiny_model_dir):
+    return LoverLM(pretrained=str(tiny_model_dir), n_branches=3, layer=-2, batch_size=2, verifier=None)
+
+
+def test_generate_until_returns_n_branches_with_features_and_never_reads_docs(lover_lm):
+    contexts = ["Question: 2 + 2?\nAnswer:", "Question: name a colour.\nAnswer:", "Hi"]
+    results = lover_lm.generate_until([_request(c) for c in contexts], disable_tqdm=True)
+    assert len(results) == 3
+    for context, result in zip(contexts, results):
+        assert isinstance(result, LoverResult) and len(result.branches) == 3
+        assert result.features.shape == (3, 2, 64)
+        assert result.layer == 3  # hidden_states has 5 entries (embeddings + 4 blocks); -2 is block 3
+        greedy = lover_lm.greedy_reference(context, 6)
+        assert result.branches[0].token_ids == greedy[: len(result.branches[0].token_ids)]
+
+
+def test_prompt_longer_than_context_is_left_truncated_with_a_warning(tiny_model_dir, caplog):
+    lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, max_length=40, verifier=None)
+    with caplog.at_level(logging.WARNING):
+        (result,) = lm.generate_until([_request("word " * 200, max_gen_toks=4)], disable_tqdm=True)
+    assert "left truncation" in caplog.text
+    assert len(result.branches) == 2
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"decoding": "nucleus"}, ValueError, "decoding='nucleus'.*cot, sample, beam"),
+    ({"n_branches": 0}, ValueError, "n_branches=0 must be >= 1"),
+    ({"layer": 9}, ValueError, r"layer=9 is out of range.*0\.\.4"),
+    ({"gguf_file": "missing.gguf"}, FileNotFoundError, "gguf_file='missing.gguf' not found"),
+])
+def test_bad_model_args_name_the_argument_and_the_fix(tiny_model_dir, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        LoverLM(pretrained=str(tiny_model_dir), **kwargs)
+
+
+def _python(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+
+
+def test_plain_lm_eval_registry_resolves_ours_and_the_builtins():
+    # lm-eval registers its own filters when lm_eval.filters is imported (task loading does that).
+    out = _python("import lm_eval.filters\nfrom lm_eval.api.registry import get_model, get_filter\n"
+                  "print(get_model('hf').__name__, get_model('lover_hf').__name__,"
+                  " get_filter('lover_select').__name__, get_filter('regex').__name__)")
+    assert out.split() == ["HFLM", "LoverLM", "LoverSelect", "RegexFilter"]
+
+
+def test_interpreter_start_up_stays_light():
+    out = _python("import sys; print(sorted(m for m in ('torch', 'lm_eval', 'transformers') if m in sys.modules))")
+    assert out.strip() == "[]"
+
+
+def test_lover_cli_help():
+    out = subprocess.run([sys.executable, "-m", "lover_lmeval.cli", "--help"], check=True, capture_output=True, text=True)
+    assert "igsm" in out.stdout and "train" in out.stdout
