@@ -22,7 +22,7 @@ from .decoding import DecodingConfig, decode_branches
 from .features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer, features_from_tokens
 from .results import LoverResult
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("lm_eval.lover_hf")  # under lm-eval's logger so its CLI shows our messages
 
 
 def _optional_int(value):
@@ -56,6 +56,11 @@ class LoverLM(HFLM):
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         super().__init__(pretrained=pretrained, device=device, **kwargs)
+        # HFLM shards requests across ranks only when there are several GPUs; a multi-process CPU launch
+        # (ACCELERATE_USE_CPU=1 torchrun/accelerate launch) should split the work the same way.
+        accelerator = getattr(self, "accelerator", None)
+        if accelerator is not None and accelerator.num_processes > 1 and self.world_size == 1:
+            self._rank, self._world_size = accelerator.local_process_index, accelerator.num_processes
         n_layers = self.model.config.num_hidden_layers
         self.layer = check_layer(_optional_int(layer), n_layers)
         self.templates = (str(true_template), str(false_template))
@@ -131,6 +136,8 @@ class LoverLM(HFLM):
             context, gen_kwargs = request.args
             groups[repr(sorted(gen_kwargs.items()))].append(index)
         results: list[LoverResult | None] = [None] * len(requests)
+        log.info("lover_hf rank %d/%d: %d questions x %d branches", self.rank, self.world_size, len(requests),
+                 self.decoding.n_branches)
         bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
                    desc=f"lover_hf: {self.decoding.n_branches} branches per question")
         for indices in groups.values():

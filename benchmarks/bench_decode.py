@@ -1,0 +1,429 @@
+#!/usr/bin/env python
+"""Decoding cost of `lover_hf` against plain greedy decoding and lm-eval's self-consistency.
+
+On the first Q GSM8K test questions, with lover_gsm8k's prompt (doc_to_text), stop strings and a budget
+of --max-new-tokens, this times, question by question (so that CPU contention hits every method alike):
+
+  1. branches    N=10 CoT-decoding branches (`decode_branches`, the LoverLM's model and tokenizer, one
+                 question per batch), exactly what `LoverLM.decode_requests` runs;
+  2. features    `assertion_features` for those branches (template tokens on top of the branch caches);
+  3. re-encode   the naive alternative: a full forward of prompt + branch + template for every
+                 (branch, template) pair, batched 16 rows a pass like `assertion_features` (LM head on
+                 the last position only, `logits_to_keep=1`, as it needs no logits); its hidden
+                 states are compared with the features (max |diff|) as a correctness check;
+  4. greedy      one plain greedy decode per question: `model.generate(do_sample=False,
+                 stop_strings=until, tokenizer=...)`, and our own `decode_branches` with n_branches=1;
+then, as a subprocess,
+  5. lm-eval     `lm_eval --model hf --model_args pretrained=<converted folder>,device=cpu --tasks
+                 bench_gsm8k_sc10 --include_path benchmarks/tasks --limit K` (10 sampled repeats at
+                 temperature 0.7, same prompt / stop strings / budget). Its model-load and start-up time
+                 is removed by also timing the same command with `--limit 1 --gen_kwargs max_gen_toks=1`
+                 (start-up + model + data loading + 10 one-token generations) and subtracting it.
+
+Prints a Markdown table and writes it, with the machine, command line and ratios, to
+benchmarks/results/decode_<date>.json (and .md). Example:
+
+    .venv/bin/python benchmarks/bench_decode.py --n-questions 10 --max-new-tokens 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+MODEL_NAME = "qwen2.5-coder-0.5b-instruct"
+DEFAULT_GGUF = Path.home() / ".cache" / "lover-models" / f"{MODEL_NAME}.gguf"
+BENCH_TASK = "bench_gsm8k_sc10"
+LOVER_TASK = "lover_gsm8k"
+TARGETS = {  # ratio name -> (target, "le" = lower is better)
+    "branches_over_greedy": 3.0,
+    "branches_over_lm_eval_repeats10": 0.5,
+    "features_over_decode": 0.05,
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n-questions", type=int, default=10, help="Q, first Q GSM8K test questions (default 10)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="token budget of every method (default 256)")
+    p.add_argument("--n-branches", type=int, default=10, help="N branches (default 10)")
+    p.add_argument("--gguf", default=str(DEFAULT_GGUF), help="GGUF model (fetched with get-model if missing)")
+    p.add_argument("--lm-eval-questions", type=int, default=None,
+                   help="K questions for the lm-eval self-consistency run (default Q; 0 skips it). It is the "
+                        "slowest method: on a small CPU use fewer and compare against branches on the same K.")
+    p.add_argument("--lm-eval-batch-size", default="1", help="lm-eval --batch_size (default 1, lm-eval's default)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch / OpenMP threads for every method, lm-eval's subprocess included (default: torch's "
+                        "default). On a shared, oversubscribed CPU, 1 avoids OpenMP spin-wait collapse.")
+    p.add_argument("--skip-own-greedy", action="store_true", help="skip the decode_branches n_branches=1 baseline")
+    p.add_argument("--profile", action="store_true",
+                   help="also cProfile decode + features of question 0 and store the top functions")
+    p.add_argument("--output", default=None, help="JSON path (default benchmarks/results/decode_<date>.json)")
+    args = p.parse_args(argv)
+    if args.lm_eval_questions is None:
+        args.lm_eval_questions = args.n_questions
+    args.lm_eval_questions = min(args.lm_eval_questions, args.n_questions)
+    return args
+
+
+def setup_env(threads=None):
+    if threads:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
+    os.environ.setdefault("LOVER_DATA_DIR", str(SHARED / "data"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def ensure_gguf(path: Path) -> Path:
+    if path.is_file():
+        return path
+    getter = SHARED / "bin" / "get-model"
+    print(f"[bench] {path} missing: running {getter} {MODEL_NAME}", flush=True)
+    out = subprocess.run([str(getter), MODEL_NAME, str(path.parent)], check=True, capture_output=True, text=True)
+    fetched = Path(out.stdout.strip().splitlines()[-1])
+    if fetched != path and fetched.is_file():
+        return fetched
+    return path
+
+
+def machine_info():
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    try:
+        nproc = int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip())
+    except Exception:  # noqa: BLE001
+        nproc = os.cpu_count()
+    import lm_eval
+    import transformers
+
+    return {"nproc": nproc, "cpu_model": cpu, "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "lm_eval": getattr(lm_eval, "__version__", "?"), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def loadavg():
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def task_requests(name: str, include_path: Path, limit: int):
+    """(contexts, gen_kwargs, targets) of the first `limit` docs, exactly as lm-eval builds them."""
+    from lm_eval.tasks import TaskManager, get_task_dict
+
+    task = get_task_dict([name], TaskManager(include_path=str(include_path)))[name]
+    task.build_all_requests(limit=limit, rank=0, world_size=1)
+    seen, contexts, gens, docs = set(), [], [], []
+    for inst in sorted(task.instances, key=lambda i: i.doc_id):
+        if inst.doc_id in seen:  # repeats
+            continue
+        seen.add(inst.doc_id)
+        contexts.append(inst.args[0])
+        gens.append(inst.args[1])
+        docs.append(inst.doc)
+    return contexts, gens[0], [task.doc_to_target(d) for d in docs], getattr(task.config, "repeats", 1)
+
+
+def check_bench_task(lover_contexts, lover_gen, max_new_tokens):
+    """The lm-eval task must use lover_gsm8k's prompt, stop strings and budget."""
+    contexts, gen, _, repeats = task_requests(BENCH_TASK, REPO / "benchmarks" / "tasks", 2)
+    if contexts != lover_contexts[: len(contexts)]:
+        raise SystemExit(f"{BENCH_TASK} prompts differ from {LOVER_TASK}'s; update benchmarks/tasks/")
+    if list(gen["until"]) != list(lover_gen["until"]):
+        raise SystemExit(f"{BENCH_TASK} stop strings {gen['until']} differ from {LOVER_TASK}'s {lover_gen['until']}")
+    if int(gen["max_gen_toks"]) != int(lover_gen["max_gen_toks"]):
+        raise SystemExit(f"{BENCH_TASK} max_gen_toks differs from {LOVER_TASK}'s")
+    return {"repeats": repeats, "do_sample": gen.get("do_sample"), "temperature": gen.get("temperature"),
+            "until": gen["until"], "max_gen_toks_in_yaml": gen["max_gen_toks"], "max_gen_toks_used": max_new_tokens}
+
+
+def reencode_features(model, prompt, branches, template_ids, layer, rows_per_pass=16):
+    """Naive features: full forward of prompt + branch + template per row (right-padded batches)."""
+    import torch
+
+    seqs = [prompt + b.token_ids + t for b in branches for t in template_ids]
+    out_rows = []
+    with torch.inference_mode():
+        for start in range(0, len(seqs), rows_per_pass):
+            chunk = seqs[start: start + rows_per_pass]
+            width = max(len(s) for s in chunk)
+            ids = torch.zeros((len(chunk), width), dtype=torch.long, device=model.device)
+            mask = torch.zeros_like(ids)
+            for i, s in enumerate(chunk):
+                ids[i, : len(s)] = torch.tensor(s)
+                mask[i, : len(s)] = 1
+            # logits_to_keep=1: the baseline needs hidden states only, so it skips most of the LM head.
+            out = model(input_ids=ids, attention_mask=mask, use_cache=False, output_hidden_states=True,
+                        logits_to_keep=1)
+            last = torch.tensor([len(s) - 1 for s in chunk])
+            out_rows.append(out.hidden_states[layer][torch.arange(len(chunk)), last].float().cpu())
+    return torch.cat(out_rows).reshape(len(branches), len(template_ids), -1), sum(len(s) for s in seqs)
+
+
+def timed(fn, *a, **k):
+    t0 = time.perf_counter()
+    out = fn(*a, **k)
+    return out, time.perf_counter() - t0
+
+
+def run_lm_eval(folder: Path, k: int, max_new_tokens: int, batch_size: str, tokenizer, workdir: Path):
+    """Time `lm_eval --model hf` on K questions, and the same command's fixed cost (see module doc)."""
+    exe = REPO / ".venv" / "bin" / "lm_eval"
+    exe = str(exe) if exe.exists() else (shutil.which("lm_eval") or "lm_eval")
+    base = [exe, "--model", "hf", "--model_args", f"pretrained={folder}", "--device", "cpu", "--tasks", BENCH_TASK,
+            "--include_path", str(REPO / "benchmarks" / "tasks"), "--batch_size", str(batch_size)]
+    runs = {}
+    for name, extra in (("overhead", ["--limit", "1", "--gen_kwargs", "max_gen_toks=1"]),
+                        ("full", ["--limit", str(k), "--gen_kwargs", f"max_gen_toks={max_new_tokens}",
+                                  "--log_samples", "--output_path", str(workdir / "full")])):
+        cmd = base + extra
+        print(f"[bench] lm-eval {name}: {shlex.join(cmd)}", flush=True)
+        la0 = loadavg()
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"lm_eval {name} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        runs[name] = {"cmd": shlex.join(cmd), "wall_s": wall, "loadavg_before": la0, "loadavg_after": loadavg()}
+        print(f"[bench] lm-eval {name}: {wall:.1f}s", flush=True)
+    tokens, samples, accuracy = 0, 0, None
+    for path in glob.glob(str(workdir / "full" / "**" / f"samples_{BENCH_TASK}_*.jsonl"), recursive=True):
+        for line in Path(path).read_text().splitlines():
+            row = json.loads(line)
+            texts = [t for r in row["resps"] for t in (r if isinstance(r, list) else [r])]
+            samples += len(texts)
+            tokens += sum(len(tokenizer.encode(t, add_special_tokens=False)) for t in texts)
+    for path in glob.glob(str(workdir / "full" / "**" / "results_*.json"), recursive=True):
+        res = json.loads(Path(path).read_text())["results"].get(BENCH_TASK, {})
+        accuracy = next((v for key, v in res.items() if key.startswith("exact_match")), None)
+    gen_s = runs["full"]["wall_s"] - runs["overhead"]["wall_s"]
+    return {"questions": k, "runs": runs, "generation_s": gen_s, "samples": samples,
+            "tokens_in_returned_text": tokens, "maj@10_exact_match": accuracy,
+            "timing_method": "wall(--limit K) - wall(--limit 1 --gen_kwargs max_gen_toks=1); the subtracted run "
+                             "also holds 10 prefills + 10 one-token steps of question 1, so this slightly "
+                             "favours lm-eval"}
+
+
+def profile_one(model, tokenizer, prompt, cfg, max_new, until, eos_ids, pad_id, template_ids, layer):
+    import cProfile
+    import io
+    import pstats
+
+    from lover_lmeval.decoding import decode_branches
+    from lover_lmeval.features import assertion_features
+
+    prof = cProfile.Profile()
+    prof.enable()
+    branches, caches = decode_branches(model, tokenizer, [prompt], cfg, max_new, until, eos_ids, pad_id)
+    assertion_features(model, branches[0], caches[0], template_ids, layer)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
+    return buf.getvalue()
+
+
+def fmt(x, nd=1):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def markdown(res) -> str:
+    m, q = res["methods"], res["n_questions"]
+    rows = [("Method", "Questions", "Wall s", "s / question", "Tokens", "Tokens / s", "Notes")]
+
+    def add(name, key, note=""):
+        r = m.get(key)
+        if r is None:
+            return
+        tps = r["tokens"] / r["seconds"] if r.get("tokens") and r["seconds"] > 0 else None
+        rows.append((name, str(r["questions"]), fmt(r["seconds"]), fmt(r["seconds"] / r["questions"], 2),
+                     str(r.get("tokens", "-")), fmt(tps), note))
+
+    add(f"N={res['n_branches']} CoT branches (decode_branches)", "branches",
+        "tokens = decoding steps summed over branches")
+    add("Assertion features (KV-cache reuse)", "features", "tokens = template (+ missing) tokens run")
+    add("Full re-encode prompt+branch+template", "reencode", "tokens = tokens encoded, 16 rows/pass")
+    add("Greedy: model.generate(do_sample=False, stop_strings)", "greedy_generate", "incl. EOS / stop tokens")
+    add("Greedy: decode_branches(n_branches=1)", "greedy_own", "")
+    add(f"N={res['n_branches']} CoT branches, first K questions", "branches_k", "")
+    add("lm-eval hf, repeats=10, T=0.7 (net of load)", "lm_eval",
+        "tokens = re-tokenised returned text (cut at stop)")
+    lines = ["| " + " | ".join(r) + " |" for r in rows]
+    lines.insert(1, "|" + "---|" * len(rows[0]))
+    lines += ["", "| Ratio | Value | Target | Met |", "|---|---|---|---|"]
+    for name, value in res["ratios"].items():
+        target = TARGETS.get(name)
+        met = "-" if target is None or value is None else ("yes" if value <= target else "NO")
+        lines.append(f"| {name} | {fmt(value, 3)} | {'≤ ' + str(target) if target else '-'} | {met} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    setup_env(args.threads)
+    gguf = ensure_gguf(Path(args.gguf))
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
+
+    from lover_lmeval.decoding import DecodingConfig, decode_branches
+    from lover_lmeval.features import assertion_features
+    from lover_lmeval.model import LoverLM
+
+    started = datetime.datetime.now()
+    info = machine_info()
+    print(f"[bench] machine: {info} loadavg {loadavg()}", flush=True)
+    (lm, load_s) = timed(LoverLM, gguf_file=str(gguf), n_branches=args.n_branches, verifier=None)
+    folder = Path(lm.model.name_or_path)
+    model, tok = lm.model, lm.tokenizer
+    layer, template_ids = lm.layer, lm.template_ids
+    print(f"[bench] LoverLM loaded in {load_s:.1f}s from {folder}; layer {lm.layer}", flush=True)
+
+    contexts, gen_kwargs, targets, _ = task_requests(LOVER_TASK, REPO / "task_configs", args.n_questions)
+    bench_task = check_bench_task(contexts, gen_kwargs, args.max_new_tokens)
+    kwargs = normalize_gen_kwargs(dict(gen_kwargs), lm.max_gen_toks)
+    eos_text = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
+    until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
+    max_new = args.max_new_tokens
+    prompts = [lm._prompt_ids(c, lm.max_length - max_new) for c in contexts]
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else lm.eot_token_id
+    eos_ids = lm._eos_ids()
+    cfg = DecodingConfig(n_branches=args.n_branches, mode="cot")
+    cfg1 = DecodingConfig(n_branches=1, mode="cot")
+    stop_strings = [s for s in until if s]
+
+    # Warm-up (first-call allocations, StopStringCriteria's vocabulary tables): not timed.
+    with torch.inference_mode():
+        model.generate(torch.tensor([prompts[0]]), attention_mask=torch.ones((1, len(prompts[0])), dtype=torch.long),
+                       do_sample=False, max_new_tokens=2, stop_strings=stop_strings, tokenizer=tok,
+                       pad_token_id=pad_id, eos_token_id=sorted(eos_ids), temperature=None, top_p=None, top_k=None)
+    decode_branches(model, tok, [prompts[0]], cfg, 2, until, eos_ids, pad_id)
+
+    per_q = []
+    for qi, prompt in enumerate(prompts):
+        rec = {"question": qi, "prompt_tokens": len(prompt), "loadavg_before": loadavg()}
+        (branches, caches), rec["branches_s"] = timed(decode_branches, model, tok, [prompt], cfg, max_new, until,
+                                                      eos_ids, pad_id)
+        branches, caches = branches[0], caches[0]
+        rec["branch_steps"] = [c.length - c.prompt_length + 1 for c in caches]  # tokens sampled per branch
+        rec["branch_kept_tokens"] = [len(b.token_ids) for b in branches]
+        rec["finish"] = [b.finish_reason for b in branches]
+        feats, rec["features_s"] = timed(assertion_features, model, branches, caches, lm.template_ids, lm.layer)
+        rec["features_tokens"] = sum(max(0, len(b.token_ids) - (c.length - c.prompt_length)) + len(t)
+                                     for b, c in zip(branches, caches) for t in lm.template_ids)
+        (ref, ref_tokens), rec["reencode_s"] = timed(reencode_features, model, prompt, branches, lm.template_ids,
+                                                     lm.layer)
+        rec["reencode_tokens"] = ref_tokens
+        rec["features_max_abs_diff_vs_reencode"] = float((ref - feats).abs().max())
+        ids = torch.tensor([prompt])
+        with torch.inference_mode():
+            out, rec["greedy_generate_s"] = timed(
+                model.generate, ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
+                stop_strings=stop_strings, tokenizer=tok, pad_token_id=pad_id, eos_token_id=sorted(eos_ids),
+                temperature=None, top_p=None, top_k=None)
+        greedy_ids = out[0, len(prompt):].tolist()
+        rec["greedy_generate_tokens"] = len(greedy_ids)
+        greedy_text = tok.decode(greedy_ids, skip_special_tokens=True)
+        cut = min((i for i in (greedy_text.find(s) for s in stop_strings) if i >= 0), default=len(greedy_text))
+        rec["branch0_equals_generate_greedy"] = branches[0].text == greedy_text[:cut]
+        if not args.skip_own_greedy:
+            (b1, c1), rec["greedy_own_s"] = timed(decode_branches, model, tok, [prompt], cfg1, max_new, until,
+                                                  eos_ids, pad_id)
+            rec["greedy_own_tokens"] = c1[0][0].length - c1[0][0].prompt_length + 1
+            rec["own_greedy_equals_generate_greedy"] = b1[0][0].text == greedy_text[:cut]
+        rec["loadavg_after"] = loadavg()
+        per_q.append(rec)
+        print(f"[bench] q{qi}: prompt {len(prompt)} tok | branches {rec['branches_s']:.1f}s "
+              f"({sum(rec['branch_steps'])} tok, max {max(rec['branch_steps'])}) | features {rec['features_s']:.2f}s"
+              f" | re-encode {rec['reencode_s']:.2f}s (diff {rec['features_max_abs_diff_vs_reencode']:.1e}) | "
+              f"greedy {rec['greedy_generate_s']:.1f}s ({len(greedy_ids)} tok)"
+              + ("" if args.skip_own_greedy else f" | own n=1 {rec['greedy_own_s']:.1f}s") +
+              f" | load {rec['loadavg_after']}", flush=True)
+
+    q = len(per_q)
+
+    def total(key, rows=per_q):
+        return sum(r[key] for r in rows)
+
+    methods = {
+        "branches": {"questions": q, "seconds": total("branches_s"), "tokens": sum(sum(r["branch_steps"]) for r in per_q)},
+        "features": {"questions": q, "seconds": total("features_s"), "tokens": total("features_tokens")},
+        "reencode": {"questions": q, "seconds": total("reencode_s"), "tokens": total("reencode_tokens")},
+        "greedy_generate": {"questions": q, "seconds": total("greedy_generate_s"), "tokens": total("greedy_generate_tokens")},
+    }
+    if not args.skip_own_greedy:
+        methods["greedy_own"] = {"questions": q, "seconds": total("greedy_own_s"), "tokens": total("greedy_own_tokens")}
+
+    lm_eval_res = None
+    k = args.lm_eval_questions
+    if k > 0:
+        first_k = per_q[:k]
+        methods["branches_k"] = {"questions": k, "seconds": total("branches_s", first_k),
+                                 "tokens": sum(sum(r["branch_steps"]) for r in first_k)}
+        del lm  # free memory for the subprocess
+        with tempfile.TemporaryDirectory(prefix="bench_decode_") as tmp:
+            lm_eval_res = run_lm_eval(folder, k, max_new, args.lm_eval_batch_size, tok, Path(tmp))
+        methods["lm_eval"] = {"questions": k, "seconds": lm_eval_res["generation_s"],
+                              "tokens": lm_eval_res["tokens_in_returned_text"]}
+
+    ratios = {
+        "branches_over_greedy": methods["branches"]["seconds"] / methods["greedy_generate"]["seconds"],
+        "branches_over_lm_eval_repeats10": (methods["branches_k"]["seconds"] / methods["lm_eval"]["seconds"]
+                                            if lm_eval_res else None),
+        "features_over_decode": methods["features"]["seconds"] / methods["branches"]["seconds"],
+        "features_over_reencode": methods["features"]["seconds"] / methods["reencode"]["seconds"],
+    }
+    if "greedy_own" in methods:
+        ratios["branches_over_own_greedy"] = methods["branches"]["seconds"] / methods["greedy_own"]["seconds"]
+        ratios["own_greedy_over_generate_greedy"] = methods["greedy_own"]["seconds"] / methods["greedy_generate"]["seconds"]
+
+    res = {
+        "benchmark": "bench_decode",
+        "date": started.isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "model": {"gguf": str(gguf), "converted_folder": str(folder), "dtype": str(model.dtype),
+                  "layers": model.config.num_hidden_layers, "feature_layer": layer},
+        "machine": info,
+        "n_questions": q, "n_branches": args.n_branches, "max_new_tokens": max_new,
+        "task": LOVER_TASK, "stop_strings": until, "bench_task": bench_task,
+        "lover_load_s": load_s,
+        "methods": methods, "ratios": ratios, "targets": TARGETS,
+        "lm_eval": lm_eval_res,
+        "per_question": per_q,
+        "loadavg_end": loadavg(),
+        "wall_total_s": (datetime.datetime.now() - started).total_seconds(),
+    }
+    if args.profile:
+        res["profile_q0_tottime"] = profile_one(model, tok, prompts[0], cfg, max_new, until, eos_ids, pad_id,
+                                                template_ids, layer)
+    table = markdown(res)
+    res["markdown"] = table
+    out = Path(args.output) if args.output else REPO / "benchmarks" / "results" / f"decode_{started.date()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2, default=str))
+    out.with_suffix(".md").write_text(f"`{res['command']}`\n\n{table}\n")
+    print(table)
+    print(f"[bench] wrote {out}")
+    return res
+
+
+if __name__ == "__main__":
+    main()

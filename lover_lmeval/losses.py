@@ -1,0 +1,244 @@
+"""LoVer training objectives over batched, padded solution branches.
+
+Dimension names used throughout this module:
+
+* ``Q`` -- questions in the batch,
+* ``N`` -- solution branches per question (padded; ``mask`` marks real ones),
+* ``G`` -- answer groups per question.  Group ids live in ``[0, N)`` so we
+  always allocate ``G = N`` group slots; unused slots are simply empty.
+
+Every loss takes probabilities ``p_pos = p(x+)`` and ``p_neg = p(x-)`` of shape
+``(Q, N)``, sums its per-branch / per-group terms within each question and
+then averages over the questions that have at least one real branch.  All
+functions are vectorised over questions (one-hot ``(Q, N, G)`` membership
+matrices instead of Python loops) so they run as a handful of tensor ops.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+import torch.nn.functional as F
+
+EPS = 1e-8
+
+#: Loss terms understood by :func:`parse_loss_spec` / :func:`total_loss`.
+ALLOWED_TERMS = ("nega", "intra", "inter", "inter_logic", "supervised")
+
+_TERM_RE = re.compile(r"^(?:(?P<w>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\*\s*)?(?P<t>[A-Za-z_]+)$")
+
+
+def _check(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor | None = None) -> None:
+    assert p_pos.ndim == 2, f"probabilities must be (Q, N), got {tuple(p_pos.shape)}"
+    assert mask.shape == p_pos.shape, f"mask must be {tuple(p_pos.shape)}, got {tuple(mask.shape)}"
+    if groups is not None:
+        assert groups.shape == p_pos.shape, f"groups must be {tuple(p_pos.shape)}, got {tuple(groups.shape)}"
+        real = groups[mask]
+        n = p_pos.shape[1]
+        assert real.numel() == 0 or (int(real.min()) >= 0 and int(real.max()) < n), (
+            f"group ids of real branches must lie in [0, N={n})")
+
+
+def _zero_padding(p: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Zero padded entries: they may hold NaN/garbage, and NaN * 0 would still poison sums."""
+    return torch.where(mask, p, torch.zeros_like(p))
+
+
+def _mean_over_questions(per_question: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Average a ``(Q,)`` loss over questions that have at least one real branch."""
+    valid = mask.any(dim=1)  # (Q,)
+    return (per_question * valid).sum() / valid.sum().clamp(min=1)
+
+
+def group_onehot(groups: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Float membership matrix ``M[q, i, k] = 1`` iff real branch ``i`` is in group ``k``.
+
+    Shape ``(Q, N, G)`` with ``G = N``; padded branches have all-zero rows so they
+    never contribute to group statistics.
+    """
+    n = groups.shape[1]
+    # padded branches may carry arbitrary ids; clamp so one_hot accepts them, then zero them out
+    safe = torch.where(mask, groups, torch.zeros_like(groups)).long()  # (Q, N)
+    return F.one_hot(safe, num_classes=n).to(torch.get_default_dtype()) * mask.unsqueeze(-1)  # (Q, N, G)
+
+
+def negation_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Negation consistency + confidence (CCS-style), summed over branches.
+
+    ``L_sum  = sum_i (p+_i + p-_i - 1)^2``  (x+ and x- must be complementary)
+    ``L_diff = sum_i min(p+_i, p-_i)^2``    (rules out the p+ = p- = 0.5 solution)
+    ``nega   = L_sum + L_diff``, then mean over questions.
+    """
+    _check(p_pos, mask)
+    per_branch = (p_pos + p_neg - 1) ** 2 + torch.minimum(p_pos, p_neg) ** 2  # (Q, N)
+    return _mean_over_questions(_zero_padding(per_branch, mask).sum(dim=1), mask)
+
+
+def intra_group_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor,
+                     groups: torch.Tensor) -> torch.Tensor:
+    """Branches sharing a final answer must agree, summed over ordered pairs.
+
+    ``L_intra = sum_k sum_{i,j in A_k} (p+_i - p+_j)^2 + (p-_i - p-_j)^2``
+
+    computed without pairs via ``sum_{i,j in A}(p_i - p_j)^2 = 2|A| sum_{i in A}(p_i - mean_A)^2``.
+    """
+    _check(p_pos, mask, groups)
+    p_pos, p_neg = _zero_padding(p_pos, mask), _zero_padding(p_neg, mask)
+    onehot = group_onehot(groups, mask).to(p_pos.dtype)  # (Q, N, G)
+    counts = onehot.sum(dim=1)  # (Q, G)
+    total = p_pos.new_zeros(p_pos.shape[0])  # (Q,)
+    for p in (p_pos, p_neg):
+        means = torch.einsum("qng,qn->qg", onehot, p) / counts.clamp(min=1)  # (Q, G)
+        branch_mean = torch.einsum("qng,qg->qn", onehot, means)  # (Q, N), 0 on padding
+        sq_dev = torch.einsum("qng,qn->qg", onehot, (p - branch_mean) ** 2)  # (Q, G)
+        total = total + (2 * counts * sq_dev).sum(dim=1)
+    return _mean_over_questions(total, mask)
+
+
+def sample_representatives(groups: torch.Tensor, mask: torch.Tensor,
+                           generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one uniformly random real branch per non-empty group.
+
+    Returns ``(index, exists)``, both ``(Q, G)``: ``index[q, k]`` is the branch
+    chosen for group ``k`` (meaningless where ``exists[q, k]`` is False).
+    Each branch gets an i.i.d. uniform key and the arg-max key within a group wins,
+    which is a uniform choice among the group's members.
+    """
+    device = generator.device if generator is not None else groups.device
+    keys = torch.rand(groups.shape, generator=generator, device=device).to(groups.device)  # (Q, N)
+    onehot = group_onehot(groups, mask) > 0  # (Q, N, G)
+    keyed = torch.where(onehot, keys.unsqueeze(-1), torch.full_like(keys, -1.0).unsqueeze(-1))  # (Q, N, G)
+    index = keyed.argmax(dim=1)  # (Q, G)
+    exists = onehot.any(dim=1)  # (Q, G)
+    return index, exists
+
+
+def _representative_probs(p_pos, mask, groups, generator, reps):
+    if reps is None:
+        reps = sample_representatives(groups, mask, generator)
+    index, exists = reps
+    p_pos = _zero_padding(p_pos, mask)
+    # empty group slots get probability 0: they add nothing to sums and factor 1 to products
+    return torch.gather(p_pos, 1, index) * exists.to(p_pos.dtype)  # (Q, G)
+
+
+def inter_group_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
+                     generator: torch.Generator | None = None, *,
+                     reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Exactly one answer group should be true (soft version).
+
+    With one random representative ``a_k`` per group:
+    ``L_inter = (sum_k p+_{a_k} - 1)^2 + H(p_hat)``,
+    ``p_hat_k = p+_{a_k} / sum_m p+_{a_m}``, ``H(p) = -sum_k p_k log p_k`` (natural log;
+    ``p_hat`` uses ``sum + EPS`` and ``log`` is clamped at ``EPS`` so empty/zero groups are safe).
+    ``reps`` (from :func:`sample_representatives`) overrides sampling so several
+    terms can share the same draw.
+    """
+    _check(p_pos, mask, groups)
+    rep = _representative_probs(p_pos, mask, groups, generator, reps)  # (Q, G)
+    s = rep.sum(dim=1)  # (Q,)
+    p_hat = rep / (s.unsqueeze(1) + EPS)  # (Q, G)
+    entropy = -(p_hat * torch.log(p_hat.clamp(min=EPS))).sum(dim=1)  # (Q,)
+    return _mean_over_questions((s - 1) ** 2 + entropy, mask)
+
+
+def inter_logic_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
+                     generator: torch.Generator | None = None, *,
+                     reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Logic variant of the inter-group term (paper appendix).
+
+    Relax "exactly one group is true" with the product t-norm over the group
+    representatives ``p_k = p+_{a_k}``:
+    ``P(exactly one) = sum_k p_k prod_{m != k} (1 - p_m)`` and ``L = -log(P + EPS)``.
+    The leave-one-out product is formed from exclusive prefix/suffix cumulative
+    products instead of dividing by ``1 - p_k`` (which blows up as ``p_k -> 1``).
+    """
+    _check(p_pos, mask, groups)
+    rep = _representative_probs(p_pos, mask, groups, generator, reps)  # (Q, G)
+    one_minus = 1 - rep  # (Q, G)
+    ones = torch.ones_like(one_minus[:, :1])  # (Q, 1)
+    prefix = torch.cumprod(torch.cat([ones, one_minus[:, :-1]], dim=1), dim=1)  # (Q, G): prod_{m<k}
+    suffix = torch.cumprod(torch.cat([ones, one_minus.flip(1)[:, :-1]], dim=1), dim=1).flip(1)  # (Q, G): prod_{m>k}
+    p_exactly_one = (rep * prefix * suffix).sum(dim=1)  # (Q,)
+    return _mean_over_questions(-torch.log(p_exactly_one + EPS), mask)
+
+
+def supervised_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor,
+                    labels: torch.Tensor) -> torch.Tensor:
+    """Supervised ceiling: ``sum_i BCE(p+_i, y_i) + BCE(p-_i, 1 - y_i)`` over real branches."""
+    _check(p_pos, mask)
+    assert labels.shape == p_pos.shape, f"labels must be {tuple(p_pos.shape)}, got {tuple(labels.shape)}"
+    # padding may hold garbage probabilities/labels; make them valid BCE inputs, then drop them
+    p_pos, p_neg = _zero_padding(p_pos, mask), _zero_padding(p_neg, mask)
+    y = _zero_padding(labels.to(p_pos.dtype), mask)
+    # F.binary_cross_entropy clamps log at -100, so saturated probabilities stay finite
+    bce = (F.binary_cross_entropy(p_pos, y, reduction="none")
+           + F.binary_cross_entropy(p_neg, 1 - y, reduction="none"))  # (Q, N)
+    return _mean_over_questions(_zero_padding(bce, mask).sum(dim=1), mask)
+
+
+def score(p_pos: torch.Tensor, p_neg: torch.Tensor) -> torch.Tensor:
+    """Inference score ``0.5 * (p+ + 1 - p-)``: averages both contrastive views."""
+    return 0.5 * (p_pos + 1 - p_neg)
+
+
+def parse_loss_spec(spec: str | dict[str, float]) -> dict[str, float]:
+    """Parse ``"nega+0.5*intra+inter_logic"`` into ``{"nega": 1.0, "intra": 0.5, "inter_logic": 1.0}``."""
+    if isinstance(spec, dict):
+        items = list(spec.items())
+    else:
+        if not isinstance(spec, str) or not spec.strip():
+            raise ValueError(f"loss spec must be a non-empty string like 'nega+intra+inter', got {spec!r}")
+        items = []
+        for part in spec.split("+"):
+            match = _TERM_RE.match(part.strip())
+            if match is None:
+                raise ValueError(f"cannot parse loss term {part.strip()!r} in {spec!r}; "
+                                 f"expected 'term' or 'weight*term' with term in {', '.join(ALLOWED_TERMS)}")
+            items.append((match["t"], float(match["w"]) if match["w"] else 1.0))
+    out: dict[str, float] = {}
+    for term, weight in items:
+        if term not in ALLOWED_TERMS:
+            raise ValueError(f"unknown loss term {term!r}; allowed terms: {', '.join(ALLOWED_TERMS)}")
+        if term in out:
+            raise ValueError(f"loss term {term!r} appears twice in {spec!r}")
+        weight = float(weight)
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"weight of loss term {term!r} must be finite and >= 0, got {weight}")
+        out[term] = weight
+    if not out:
+        raise ValueError(f"loss spec {spec!r} names no terms; allowed terms: {', '.join(ALLOWED_TERMS)}")
+    return out
+
+
+def total_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
+               spec: str | dict[str, float], generator: torch.Generator | None = None,
+               labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Weighted sum of the terms in ``spec``.
+
+    Returns ``(total, terms)`` where ``total`` is the differentiable scalar and
+    ``terms`` maps each term name to its unweighted value as a float.  ``inter``
+    and ``inter_logic`` share one representative draw from ``generator``.
+    """
+    weights = parse_loss_spec(spec)
+    if "supervised" in weights and labels is None:
+        raise ValueError("loss term 'supervised' needs labels, but labels=None")
+    reps = None
+    if "inter" in weights or "inter_logic" in weights:
+        reps = sample_representatives(groups, mask, generator)
+    values: dict[str, torch.Tensor] = {}
+    for term in weights:
+        if term == "nega":
+            values[term] = negation_loss(p_pos, p_neg, mask)
+        elif term == "intra":
+            values[term] = intra_group_loss(p_pos, p_neg, mask, groups)
+        elif term == "inter":
+            values[term] = inter_group_loss(p_pos, mask, groups, reps=reps)
+        elif term == "inter_logic":
+            values[term] = inter_logic_loss(p_pos, mask, groups, reps=reps)
+        else:
+            values[term] = supervised_loss(p_pos, p_neg, mask, labels)
+    total = sum(weights[t] * v for t, v in values.items())
+    return total, {t: float(v.detach()) for t, v in values.items()}

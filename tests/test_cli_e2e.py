@@ -1,0 +1,56 @@
+"""The real `lm_eval` CLI with `--model lover_hf`: SmolLM2 end to end, and two CPU ranks."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STRATEGIES = {"greedy", "majority", "cot_max", "cot_sum", "lover_max", "lover_sum", "pass_at_n"}
+
+
+def _run(command: list[str], tmp_path: Path, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env}
+    done = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done
+
+
+def _samples(out: Path) -> list[dict]:
+    (path,) = glob.glob(str(out / "*" / "samples_lover_gsm8k_*.jsonl"))
+    return [json.loads(line) for line in open(path)]
+
+
+def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2_dir):
+    out = tmp_path / "out"
+    _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args", "n_branches=3",
+          "--gen_kwargs", "max_gen_toks=24", "--tasks", "lover_gsm8k", "--include_path", str(REPO / "task_configs"),
+          "--limit", "2", "--log_samples", "--output_path", str(out)], tmp_path)
+    (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
+    metrics = json.load(open(results_file))["results"]["lover_gsm8k"]
+    assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == STRATEGIES
+    samples = _samples(out)
+    assert len(samples) == 2 * len(STRATEGIES)
+    for sample in samples:
+        logged = json.loads(sample["resps"][0][0])
+        assert len(logged["texts"]) == 3 and len(logged["finish"]) == 3
+        assert logged["features"] == [3, 2, 576]  # SmolLM2-135M: hidden size 576
+        assert len(logged["scores"]["lover"]) == 3  # default verifier=fit scored every branch
+        assert isinstance(sample["filtered_resps"][0][0], str)
+
+
+def test_two_cpu_ranks_each_decode_their_share(tmp_path, tiny_model_dir):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
+    out = tmp_path / "out"
+    done = _run([torchrun, "--nproc_per_node", "2", "-m", "lm_eval", "--model", "lover_hf", "--model_args",
+                 f"pretrained={tiny_model_dir},n_branches=2", "--gen_kwargs", "max_gen_toks=4", "--tasks",
+                 "lover_gsm8k", "--include_path", str(REPO / "task_configs"), "--limit", "4", "--log_samples",
+                 "--output_path", str(out)], tmp_path, ACCELERATE_USE_CPU="1")
+    log = done.stdout + done.stderr
+    assert "lover_hf rank 0/2: 2 questions" in log and "lover_hf rank 1/2: 2 questions" in log
+    assert sorted(s["doc_id"] for s in _samples(out) if s["filter"] == "greedy") == [0, 1, 2, 3]

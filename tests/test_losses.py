@@ -1,0 +1,292 @@
+"""Tests for lover_lmeval.losses: hand-worked values, loop references, degenerate solutions."""
+
+import math
+
+import pytest
+import torch
+
+from lover_lmeval import losses as L
+
+
+def t(x):
+    return torch.tensor(x, dtype=torch.float32)
+
+
+def one_question(p_pos, p_neg, groups):
+    """Wrap one question's branches as a (1, N) batch with every branch real."""
+    n = len(p_pos)
+    return t([p_pos]), t([p_neg]), torch.ones(1, n, dtype=torch.bool), torch.tensor([groups])
+
+
+# ---------------------------------------------------------------- hand-worked values
+
+def test_negation_hand_worked():
+    """p+=[0.9,0.2], p-=[0.1,0.7] -> L_sum = 0^2 + (-0.1)^2 = 0.01,
+    L_diff = min(0.9,0.1)^2 + min(0.2,0.7)^2 = 0.01 + 0.04 = 0.05, nega = 0.06."""
+    pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 1])
+    assert L.negation_loss(pp, pn, m).item() == pytest.approx(0.06, abs=1e-6)
+
+
+def test_negation_mean_over_questions_ignores_padding_and_empty_questions():
+    """q0: p+=[0.9,0.2], p-=[0.1,0.7] -> 0.06;  q1: one real branch p+=p-=0.5 ->
+    (0)^2 + 0.25 = 0.25 (its padded branch holds garbage 0.0/0.0 and is ignored);
+    q2: no real branch -> excluded.  Mean = (0.06 + 0.25) / 2 = 0.155."""
+    pp = t([[0.9, 0.2], [0.5, 0.0], [0.3, 0.3]])
+    pn = t([[0.1, 0.7], [0.5, 0.0], [0.3, 0.3]])
+    m = torch.tensor([[True, True], [True, False], [False, False]])
+    assert L.negation_loss(pp, pn, m).item() == pytest.approx(0.155, abs=1e-6)
+
+
+def test_intra_hand_worked():
+    """Same group: p+=[0.9,0.2], p-=[0.1,0.7] -> ordered pairs (0,1),(1,0):
+    2*0.7^2 + 2*0.6^2 = 0.98 + 0.72 = 1.70.  Different groups -> 0."""
+    pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 0])
+    assert L.intra_group_loss(pp, pn, m, g).item() == pytest.approx(1.70, abs=1e-6)
+    pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [1, 0])
+    assert L.intra_group_loss(pp, pn, m, g).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_inter_hand_worked():
+    """groups [0,0,1], p+=[0.6,0.6,0.2] (any representative gives 0.6, 0.2):
+    (0.6+0.2-1)^2 = 0.04; p_hat=[0.75,0.25], H = -(0.75 ln 0.75 + 0.25 ln 0.25) = 0.562335;
+    L_inter = 0.602335."""
+    pp, pn, m, g = one_question([0.6, 0.6, 0.2], [0.0, 0.0, 0.0], [0, 0, 1])
+    expected = 0.04 - (0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    gen = torch.Generator().manual_seed(0)
+    assert L.inter_group_loss(pp, m, g, gen).item() == pytest.approx(expected, abs=1e-6)
+    assert expected == pytest.approx(0.602335, abs=1e-6)
+
+
+def test_inter_logic_hand_worked():
+    """Representatives p=[0.6, 0.2]: P(exactly one) = 0.6*0.8 + 0.2*0.4 = 0.56,
+    loss = -ln 0.56 = 0.579818."""
+    pp, pn, m, g = one_question([0.6, 0.6, 0.2], [0.0, 0.0, 0.0], [2, 2, 0])
+    gen = torch.Generator().manual_seed(0)
+    assert L.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(0.579818, abs=1e-6)
+
+
+def test_supervised_hand_worked():
+    """p+=[0.9,0.2], p-=[0.1,0.7], y=[1,0]:
+    -ln0.9 - ln0.9 (branch 0) - ln0.8 - ln0.7 (branch 1) = 0.105361*2 + 0.223144 + 0.356675 = 0.790540."""
+    pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 1])
+    assert L.supervised_loss(pp, pn, m, t([[1.0, 0.0]])).item() == pytest.approx(0.790540, abs=1e-6)
+
+
+def test_score():
+    """score = 0.5*(p+ + 1 - p-): (0.9, 0.1) -> 0.9; (0.2, 0.7) -> 0.25."""
+    assert torch.allclose(L.score(t([0.9, 0.2]), t([0.1, 0.7])), t([0.9, 0.25]))
+
+
+def test_group_ids_out_of_range_rejected():
+    pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 2])
+    with pytest.raises(AssertionError, match="group ids"):
+        L.intra_group_loss(pp, pn, m, g)
+
+
+# ---------------------------------------------------------------- loop references on ragged batches
+
+def ragged_batch(seed, q=7, n=9):
+    """Random ragged batch: arbitrary (non-contiguous) group ids, garbage on padding, one empty question."""
+    g = torch.Generator().manual_seed(seed)
+    p_pos = torch.rand(q, n, generator=g)
+    p_neg = torch.rand(q, n, generator=g)
+    labels = (torch.rand(q, n, generator=g) > 0.5).float()
+    mask = torch.zeros(q, n, dtype=torch.bool)
+    groups = torch.randint(-3, 3 * n, (q, n), generator=g)  # garbage, overwritten on real branches
+    for i in range(q - 1):  # the last question stays empty
+        k = int(torch.randint(1, n + 1, (1,), generator=g))
+        mask[i, :k] = True
+        ids = torch.randperm(n, generator=g)[: int(torch.randint(1, k + 1, (1,), generator=g))]
+        groups[i, :k] = ids[torch.randint(0, len(ids), (k,), generator=g)]
+    return p_pos, p_neg, mask, groups, labels
+
+
+def ref_groups(mask_row, group_row):
+    out = {}
+    for i, (real, gid) in enumerate(zip(mask_row.tolist(), group_row.tolist())):
+        if real:
+            out.setdefault(gid, []).append(i)
+    return out
+
+
+def ref_mean(per_q):
+    vals = [v for v in per_q if v is not None]
+    return sum(vals) / len(vals)
+
+
+def ref_nega(pp, pn, m):
+    per_q = []
+    for a, b, mr in zip(pp.tolist(), pn.tolist(), m.tolist()):
+        idx = [i for i, r in enumerate(mr) if r]
+        per_q.append(sum((a[i] + b[i] - 1) ** 2 + min(a[i], b[i]) ** 2 for i in idx) if idx else None)
+    return ref_mean(per_q)
+
+
+def ref_intra(pp, pn, m, g):
+    per_q = []
+    for q in range(pp.shape[0]):
+        groups = ref_groups(m[q], g[q])
+        tot = 0.0
+        for members in groups.values():
+            for i in members:
+                for j in members:
+                    tot += (pp[q, i].item() - pp[q, j].item()) ** 2 + (pn[q, i].item() - pn[q, j].item()) ** 2
+        per_q.append(tot if groups else None)
+    return ref_mean(per_q)
+
+
+def ref_rep_probs(pp, m, g, index):
+    out = []
+    for q in range(pp.shape[0]):
+        groups = ref_groups(m[q], g[q])
+        out.append([pp[q, index[q, k]].item() for k in sorted(groups)] if groups else None)
+    return out
+
+
+def ref_inter(rep_probs):
+    per_q = []
+    for ps in rep_probs:
+        if ps is None:
+            per_q.append(None)
+            continue
+        s = sum(ps)
+        per_q.append((s - 1) ** 2 - sum(p / s * math.log(p / s) for p in ps if p > 0))
+    return ref_mean(per_q)
+
+
+def ref_inter_logic(rep_probs):
+    per_q = []
+    for ps in rep_probs:
+        if ps is None:
+            per_q.append(None)
+            continue
+        p_one = 0.0
+        for k, pk in enumerate(ps):
+            prod = pk
+            for j, pj in enumerate(ps):
+                if j != k:
+                    prod *= 1 - pj
+            p_one += prod
+        per_q.append(-math.log(p_one + L.EPS))
+    return ref_mean(per_q)
+
+
+def ref_supervised(pp, pn, m, y):
+    per_q = []
+    for q in range(pp.shape[0]):
+        idx = [i for i in range(pp.shape[1]) if m[q, i]]
+        per_q.append(sum(-(y[q, i].item() * math.log(pp[q, i].item()) + (1 - y[q, i].item()) * math.log(1 - pp[q, i].item()))
+                         - ((1 - y[q, i].item()) * math.log(pn[q, i].item()) + y[q, i].item() * math.log(1 - pn[q, i].item()))
+                         for i in idx) if idx else None)
+    return ref_mean(per_q)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_matches_loop_reference(seed):
+    pp, pn, m, g, y = ragged_batch(seed)
+    assert L.negation_loss(pp, pn, m).item() == pytest.approx(ref_nega(pp, pn, m), abs=1e-6)
+    assert L.intra_group_loss(pp, pn, m, g).item() == pytest.approx(ref_intra(pp, pn, m, g), abs=1e-6)
+    assert L.supervised_loss(pp, pn, m, y).item() == pytest.approx(ref_supervised(pp, pn, m, y), abs=1e-5)
+    index, _ = L.sample_representatives(g, m, torch.Generator().manual_seed(seed))
+    reps = ref_rep_probs(pp, m, g, index)
+    gen = torch.Generator().manual_seed(seed)  # same draw as `index`
+    assert L.inter_group_loss(pp, m, g, gen).item() == pytest.approx(ref_inter(reps), abs=1e-6)
+    gen = torch.Generator().manual_seed(seed)
+    assert L.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_logic(reps), abs=1e-6)
+
+
+def test_representatives_are_real_members_and_uniform():
+    pp, pn, m, g, y = ragged_batch(11)
+    gen = torch.Generator().manual_seed(0)
+    counts = {}
+    for _ in range(400):
+        index, exists = L.sample_representatives(g, m, gen)
+        for q in range(g.shape[0]):
+            groups = ref_groups(m[q], g[q])
+            assert sorted(groups) == exists[q].nonzero().flatten().tolist()
+            for k, members in groups.items():
+                assert index[q, k].item() in members
+                counts[(q, k, index[q, k].item())] = counts.get((q, k, index[q, k].item()), 0) + 1
+    # every member of a group of size s is picked about 400/s times
+    for q in range(g.shape[0]):
+        for k, members in ref_groups(m[q], g[q]).items():
+            for i in members:
+                assert abs(counts.get((q, k, i), 0) - 400 / len(members)) < 0.35 * 400 / len(members) + 15
+
+
+def test_nan_on_padding_is_ignored():
+    pp, pn, m, g, y = ragged_batch(4)
+    clean, _ = L.total_loss(pp, pn, m, g, "nega+intra+inter+inter_logic+supervised",
+                            torch.Generator().manual_seed(0), labels=y)
+    nan = lambda x: x.masked_fill(~m, math.nan)  # noqa: E731
+    dirty, _ = L.total_loss(nan(pp), nan(pn), m, g, "nega+intra+inter+inter_logic+supervised",
+                            torch.Generator().manual_seed(0), labels=nan(y))
+    assert torch.equal(clean, dirty)
+
+
+def test_gradients_finite_at_saturation():
+    pp = t([[1.0, 0.0, 0.0, 1.0]]).requires_grad_()
+    pn = t([[0.0, 1.0, 1.0, 0.0]]).requires_grad_()
+    m = torch.ones(1, 4, dtype=torch.bool)
+    g = torch.tensor([[0, 1, 2, 2]])
+    total, terms = L.total_loss(pp, pn, m, g, "nega+intra+inter+inter_logic+supervised",
+                                torch.Generator().manual_seed(0), labels=t([[1, 0, 0, 1]]))
+    total.backward()
+    assert torch.isfinite(total) and torch.isfinite(pp.grad).all() and torch.isfinite(pn.grad).all()
+
+
+# ---------------------------------------------------------------- degenerate vs consistent solutions
+
+GROUPS6 = [0, 0, 0, 1, 1, 2]
+
+
+@pytest.mark.parametrize("spec", ["nega+intra+inter", "nega+intra+inter_logic"])
+def test_degenerate_solutions_cost_more_than_consistent(spec):
+    """groups [0,0,0,1,1,2], group 1 true.  Consistent: p+ = .99 on group 1, .01 elsewhere, p- = 1 - p+
+    -> nega = 6*0.01^2, intra 0, inter = 0.01^2 + H([.0099,.9802,.0099]) ~ 0.11.
+    All 0.5 -> nega = 6*0.25 = 1.5, inter = 0.25 + ln 3.  p+ = 1 everywhere (p- = 0 or 1)
+    -> inter = (3-1)^2 + ln 3 = 5.10, and nega = 6 if p- = 1."""
+    m = torch.ones(1, 6, dtype=torch.bool)
+    g = torch.tensor([GROUPS6])
+    good = t([[0.01, 0.01, 0.01, 0.99, 0.99, 0.01]])
+
+    def loss(pp, pn):
+        return L.total_loss(pp, pn, m, g, spec, torch.Generator().manual_seed(0))[0].item()
+
+    consistent = loss(good, 1 - good)
+    assert consistent < 0.2
+    half = torch.full((1, 6), 0.5)
+    ones = torch.ones(1, 6)
+    for pp, pn in [(half, half), (ones, 1 - ones), (ones, ones)]:
+        assert loss(pp, pn) > consistent + 1.0
+
+
+# ---------------------------------------------------------------- spec parsing / total_loss
+
+def test_parse_loss_spec():
+    assert L.parse_loss_spec("nega+intra+inter") == {"nega": 1.0, "intra": 1.0, "inter": 1.0}
+    assert L.parse_loss_spec(" nega + 0.5*intra + inter_logic") == {"nega": 1.0, "intra": 0.5, "inter_logic": 1.0}
+    assert L.parse_loss_spec("2 * supervised") == {"supervised": 2.0}
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("nega+intre", "'intre'"), ("", "non-empty"), ("nega+", "cannot parse"),
+    ("nega+nega", "twice"), ("x*nega", "cannot parse")])
+def test_parse_loss_spec_errors(bad, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        L.parse_loss_spec(bad)
+    if "intre" in bad:
+        assert "nega, intra, inter, inter_logic, supervised" in str(err.value)
+
+
+def test_total_loss_is_weighted_sum_and_shares_representatives():
+    pp, pn, m, g, y = ragged_batch(3)
+    total, terms = L.total_loss(pp, pn, m, g, "nega+0.5*intra+inter+2*inter_logic",
+                                torch.Generator().manual_seed(5))
+    reps = L.sample_representatives(g, m, torch.Generator().manual_seed(5))
+    assert terms["inter"] == pytest.approx(L.inter_group_loss(pp, m, g, reps=reps).item(), abs=1e-6)
+    assert terms["inter_logic"] == pytest.approx(L.inter_logic_loss(pp, m, g, reps=reps).item(), abs=1e-6)
+    expected = terms["nega"] + 0.5 * terms["intra"] + terms["inter"] + 2 * terms["inter_logic"]
+    assert total.item() == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="labels"):
+        L.total_loss(pp, pn, m, g, "supervised", None)
