@@ -93,7 +93,7 @@ def plot_history(history: list[dict], path: Path) -> None:
 
 def train(model_args: str, task_name: str, split: str, limit: int | None, out: str | Path,
           include_path: str | None, supervised: bool = False, losses: str = "nega+intra+inter", seed: int = 0,
-          bank: str | None = None, apply_chat_template: bool = False) -> dict:
+          bank: str | None = None, apply_chat_template: bool = False, gen_kwargs: str = "") -> dict:
     """Decode (through the bank), extract, fit and write checkpoint + report; returns the metadata."""
     from lm_eval.api.instance import Instance
     from lm_eval.tasks import TaskManager, get_task_dict
@@ -112,7 +112,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     lm = LoverLM(**args)
     chat = lm.apply_chat_template if apply_chat_template else None
     contexts = [task.fewshot_context(d, 0, apply_chat_template=apply_chat_template, chat_template=chat) for d in docs]
-    gen_kwargs = dict(task.config.generation_kwargs or {})
+    gen_kwargs = {**(task.config.generation_kwargs or {}), **simple_parse_args_string(gen_kwargs)}
     # The documents (which hold the answers) are not handed to the model at all.
     requests = [Instance("generate_until", {}, (c, gen_kwargs), i) for i, c in enumerate(contexts)]
     results = lm.generate_until(requests)
@@ -152,11 +152,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bank", default=None, help="branch bank file (default: in the lover-lmeval cache dir)")
     parser.add_argument("--apply_chat_template", action="store_true")
+    parser.add_argument("--gen_kwargs", default="", help="override the task's generation kwargs, e.g. max_gen_toks=128")
 
 
 def run(args) -> int:
     logging.basicConfig(level=logging.INFO)
     metadata = train(args.model_args, args.task, args.split, args.limit, args.out, args.include_path,
-                     args.supervised, args.losses, args.seed, args.bank, args.apply_chat_template)
+                     args.supervised, args.losses, args.seed, args.bank, args.apply_chat_template, args.gen_kwargs)
     print(json.dumps({"checkpoint": args.out, "final_losses": metadata["final_losses"]}, indent=2))
     return 0
