@@ -1,0 +1,90 @@
+"""`lover_select` on hand-made results: every strategy, ties, invalid answers, span -> token mapping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lover_lmeval.answers import Answer, extract_number
+from lover_lmeval.decoding import Branch
+from lover_lmeval.results import LoverResult
+from lover_lmeval.selection import LoverSelect, span_confidence
+
+
+def _branch(text: str, margin: float) -> Branch:
+    """One token per character, each with the same margin (enough to test the span mapping)."""
+    return Branch(text, list(range(len(text))), [margin] * len(text), [(i, i + 1) for i in range(len(text))], "eos")
+
+
+def _result(texts_margins, scores=None):
+    branches = [_branch(t, m) for t, m in texts_margins]
+    probs = None
+    if scores is not None:  # p+ = s, p- = 1 - s  =>  p = (s + 1 - (1 - s)) / 2 = s
+        probs = {"lover": np.array([[s, 1 - s] for s in scores])}
+    return LoverResult(branches, np.zeros((len(branches), 2, 3), np.float32), probs)
+
+
+# Branch answers: 7, 8, 8, (none), 9. Majority = 8 (two votes).
+TEXTS = [("The answer is 7.", 0.9), ("The answer is 8.", 0.2), ("so 8", 0.3), ("no idea", 1.0), ("it is 9", 0.5)]
+
+
+@pytest.mark.parametrize("strategy, scores, expected", [
+    ("greedy", None, "7"),
+    ("majority", None, "8"),
+    # cot_max: best single branch Delta: 7 has 0.9 (the invalid branch's 1.0 counts as 0)
+    ("cot_max", None, "7"),
+    # cot_sum: 7 -> 0.9, 8 -> 0.2 + 0.3 = 0.5, 9 -> 0.5: 7 wins
+    ("cot_sum", None, "7"),
+    # lover_max: best branch score 0.8 is on 9
+    ("lover_max", [0.1, 0.5, 0.6, 0.99, 0.8], "9"),
+    # lover_sum: 7 -> 0.1, 8 -> 1.1, 9 -> 0.8; the invalid branch never competes
+    ("lover_sum", [0.1, 0.5, 0.6, 0.99, 0.8], "8"),
+])
+def test_each_strategy_picks_the_hand_worked_group(strategy, scores, expected):
+    (out,) = LoverSelect(strategy=strategy, extract="number").apply([[_result(TEXTS, scores)]], [{}])
+    assert out == [expected] and type(out[0]) is str
+
+
+def test_ties_go_to_the_group_with_the_lowest_branch_index():
+    tied = [("it is 5", 0.5), ("it is 6", 0.5), ("it is 6", 0.5), ("it is 5", 0.5)]
+    for strategy in ("majority", "cot_sum", "cot_max"):
+        (out,) = LoverSelect(strategy=strategy, extract="number").apply([[_result(tied)]], [{}])
+        assert out == ["5"], strategy
+    (out,) = LoverSelect(strategy="majority", extract="number").apply([[_result([("x", 0.1), ("it is 6", 0.1)])]], [{}])
+    assert out == ["6"]
+
+
+def test_no_valid_answer_outputs_empty_string():
+    (out,) = LoverSelect(strategy="lover_sum").apply([[_result([("hmm", 0.5), ("?", 0.5)], [0.9, 0.9])]], [{}])
+    assert out == [""]
+
+
+def test_pass_at_n_is_an_oracle_over_all_branches():
+    select = LoverSelect(strategy="pass_at_n", extract="number", gold="target")
+    assert select.apply([[_result(TEXTS)]], [{"target": "9"}]) == [["9"]]
+    assert select.apply([[_result(TEXTS)]], [{"target": "42"}]) == [["8"]]  # miss: majority answer
+
+
+def test_span_confidence_averages_margins_of_tokens_overlapping_the_answer():
+    # Tokens "The " "ans" "wer is " "1" "8" "." with margins 0.1 0.2 0.3 0.6 0.8 0.05
+    text = "The answer is 18."
+    offsets = [(0, 4), (4, 7), (7, 14), (14, 15), (15, 16), (16, 17)]
+    margins = [0.1, 0.2, 0.3, 0.6, 0.8, 0.05]
+    answer = extract_number(text)
+    assert (answer.start, answer.end) == (14, 16)
+    assert span_confidence(margins, offsets, answer) == pytest.approx((0.6 + 0.8) / 2)
+    # A token that straddles the span start counts too: "is 1" + "8."
+    assert span_confidence([0.4, 0.2], [(11, 15), (15, 17)], Answer("18", 14, 16)) == pytest.approx(0.3)
+    assert span_confidence(margins, offsets, None) == 0.0
+
+
+def test_errors_name_the_bad_value_and_the_fix():
+    with pytest.raises(ValueError, match="strategy='best'"):
+        LoverSelect(strategy="best")
+    with pytest.raises(ValueError, match="unknown answer extractor 'digits'"):
+        LoverSelect(strategy="greedy", extract="digits")
+    with pytest.raises(KeyError, match="verifier=PATH"):
+        LoverSelect(strategy="lover_sum").apply([[_result(TEXTS)]], [{}])
+    with pytest.raises(ValueError, match="needs lover_hf results"):
+        LoverSelect(strategy="cot_sum").apply([["The answer is 3."]], [{}])
+    assert LoverSelect(strategy="majority").apply([["The answer is 3."]], [{}]) == [["3"]]
