@@ -12,6 +12,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -82,15 +83,22 @@ def convert_gguf(gguf_path: Path) -> Path:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config)
-    plain.load_state_dict(quantized.state_dict(), strict=False)
+    missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
     plain.tie_weights()
+    # A tied lm_head may be absent from the GGUF; anything else missing would be random weights.
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"converting {gguf_path}: missing weights {missing}, unexpected {unexpected}")
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     plain.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     # Written last: its presence marks a complete conversion (an interrupted one is redone).
     (tmp / "lover_source.json").write_text(json.dumps({"gguf": str(gguf_path), "sha256": sha}))
     out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out) if not out.exists() else None
+    if out.exists():  # a concurrent conversion finished first; its copy is identical
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, out)
     return out
 
 

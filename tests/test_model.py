@@ -82,3 +82,17 @@ def test_interpreter_start_up_stays_light():
 def test_lover_cli_help():
     out = subprocess.run([sys.executable, "-m", "lover_lmeval.cli", "--help"], check=True, capture_output=True, text=True)
     assert "igsm" in out.stdout and "train" in out.stdout
+
+
+def test_gguf_is_converted_once_and_identified_by_its_sha256(smollm2_dir):
+    import json
+    import time
+
+    from lover_lmeval.loading import convert_gguf, default_gguf, model_identity, sha256_file
+
+    start = time.perf_counter()
+    assert convert_gguf(default_gguf()) == smollm2_dir  # cached: no second dequantization
+    assert time.perf_counter() - start < 10
+    sha = sha256_file(default_gguf())
+    assert json.loads((smollm2_dir / "lover_source.json").read_text())["sha256"] == sha
+    assert model_identity(str(smollm2_dir), None, None) == f"gguf-sha256:{sha}"
