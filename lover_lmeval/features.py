@@ -33,8 +33,11 @@ def _trim(cache: BranchCache, keep: int) -> BranchCache:
 
 @torch.inference_mode()
 def assertion_features(model, branches: list[Branch], caches: list[BranchCache], template_ids: list[list[int]],
-                       layer: int, rows_per_pass: int = 16) -> torch.Tensor:
-    """Features of one question's branches: (N, T, D) with T = len(template_ids) (x+, x-), float32, CPU."""
+                       layer: int | list[int], rows_per_pass: int = 16) -> torch.Tensor:
+    """Features of one question's branches: (N, T, D) with T = len(template_ids) (x+, x-), float32, CPU.
+
+    With a list of layers (a layer sweep costs one pass), the result is (N, T, L, D) in that order."""
+    layers = [layer] if isinstance(layer, int) else list(layer)
     jobs = []  # one row per (branch, template)
     for branch, cache in zip(branches, caches, strict=True):
         in_cache = cache.length - cache.prompt_length
@@ -48,14 +51,14 @@ def assertion_features(model, branches: list[Branch], caches: list[BranchCache],
     for start in range(0, len(jobs), rows_per_pass):
         chunk = jobs[start: start + rows_per_pass]
         out, last = extend_with_tokens(model, [c for c, _ in chunk], [t for _, t in chunk])
-        states = out.hidden_states[layer]  # (B, U, D)
-        hidden.append(states[torch.arange(len(chunk)), last].float().cpu())  # (B, D)
-    features = torch.cat(hidden)  # (N * T, D)
-    return features.reshape(len(branches), len(template_ids), -1)  # (N, T, D)
+        states = torch.stack([out.hidden_states[i] for i in layers], dim=2)  # (B, U, L, D)
+        hidden.append(states[torch.arange(len(chunk)), last].float().cpu())  # (B, L, D)
+    features = torch.cat(hidden).reshape(len(branches), len(template_ids), len(layers), -1)  # (N, T, L, D)
+    return features[:, :, 0] if isinstance(layer, int) else features
 
 @torch.inference_mode()
 def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], template_ids: list[list[int]],
-                         layer: int) -> torch.Tensor:
+                         layer: int | list[int]) -> torch.Tensor:
     """Features of banked branches (no KV cache at hand): one prefill of the prompt, one pass over all
     branches' tokens on top of it, then the templates. Same values as `assertion_features`."""
 

@@ -49,3 +49,18 @@ def test_layer_defaults_to_middle_and_accepts_negative_indices():
 def test_layer_out_of_range_names_the_allowed_range(layer):
     with pytest.raises(ValueError, match=rf"layer={layer} is out of range.*0\.\.24"):
         check_layer(layer, 24)
+
+
+def test_banked_branches_give_the_same_features_and_a_layer_sweep_costs_one_pass(tiny_model, tokenizer):
+    from lover_lmeval.features import features_from_tokens
+
+    prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
+    templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
+    (branches,), (caches,) = decode_branches(tiny_model, tokenizer, [prompt], DecodingConfig(3), 6, [], {-1},
+                                             tokenizer.pad_token_id)
+    live = assertion_features(tiny_model, branches, caches, templates, 2)
+    sweep = features_from_tokens(tiny_model, prompt, branches, templates, [1, 2])  # (N, T, L, D)
+    assert sweep.shape == (3, 2, 2, tiny_model.config.hidden_size)
+    torch.testing.assert_close(sweep[:, :, 1], live, atol=1e-4, rtol=0)
+    torch.testing.assert_close(sweep[:, :, 0], assertion_features(tiny_model, branches, caches, templates, 1),
+                               atol=1e-4, rtol=0)
