@@ -1,4 +1,4 @@
-"""`lover` command line: `lover igsm` (generate iGSM problems), `lover train` (fit a verifier).
+"""`lover` command line: `lover igsm` (iGSM problems), `lover train` (fit a verifier), `lover compare`.
 
 Subcommand modules are imported only when their subcommand runs, so `lover --help` stays instant.
 """
@@ -13,6 +13,7 @@ import sys
 SUBCOMMANDS = {
     "igsm": ("lover_lmeval.igsm", "generate iGSM grade-school problems (mod 23) as jsonl"),
     "train": ("lover_lmeval.training", "decode a task's training split and fit a LoVer verifier checkpoint"),
+    "compare": ("lover_lmeval.compare", "leaderboard of selection strategies with bootstrap intervals (via lm-eval)"),
 }
 
 

@@ -1,0 +1,35 @@
+"""`lover compare` on a tiny llama, and its statistics on hand-made outcomes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from lover_lmeval.compare import ROWS, bootstrap_interval, compare, paired_bootstrap
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_bootstrap_statistics_on_hand_made_outcomes():
+    rng = np.random.default_rng(0)
+    low, high = bootstrap_interval(np.array([1.0] * 8 + [0.0] * 2), 2000, rng)
+    assert low < 0.8 < high and 0.4 <= low and high <= 1.0
+    assert bootstrap_interval(np.ones(5), 100, rng) == (1.0, 1.0)
+    better = paired_bootstrap(np.array([1.0] * 9 + [0.0]), np.array([0.0] * 9 + [1.0]), 2000, rng)
+    assert abs(better["diff"] - 0.8) < 1e-12 and better["p_not_better"] < 0.01 and better["low"] > 0
+
+
+def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
+    report = compare(f"pretrained={tiny_model_dir},n_branches=3", ["lover_gsm8k"], str(REPO / "task_configs"), 3,
+                     tmp_path, n_boot=200)
+    rows = report["tasks"]["lover_gsm8k"]["rows"]
+    assert set(rows) == set(ROWS) - {"supervised_max", "supervised_sum"}
+    assert all(row["n"] == 3 and 0.0 <= row["low"] <= row["acc"] <= row["high"] <= 1.0 for row in rows.values())
+    assert set(report["tasks"]["lover_gsm8k"]["paired"]) == {"majority", "cot_sum"}
+    assert report["tasks"]["lover_gsm8k"]["accuracy_vs_n"]["n"] == [1, 2, 3]
+    assert 1.0 <= report["tasks"]["lover_gsm8k"]["distinct_answers"] <= 3.0
+    assert json.loads((tmp_path / "leaderboard.json").read_text())["limit"] == 3
+    assert "| lover_sum |" in (tmp_path / "leaderboard.md").read_text()
+    assert (tmp_path / "accuracy_vs_n.png").stat().st_size > 0
