@@ -23,7 +23,7 @@ def test_bootstrap_statistics_on_hand_made_outcomes():
 
 def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
     report = compare(f"pretrained={tiny_model_dir},n_branches=3", ["lover_gsm8k"], str(REPO / "task_configs"), 3,
-                     tmp_path, n_boot=200)
+                     tmp_path, n_boot=200, gen_kwargs="max_gen_toks=8")
     rows = report["tasks"]["lover_gsm8k"]["rows"]
     assert set(rows) == set(ROWS) - {"supervised_max", "supervised_sum"}
     assert all(row["n"] == 3 and 0.0 <= row["low"] <= row["acc"] <= row["high"] <= 1.0 for row in rows.values())
