@@ -14,11 +14,13 @@ of --max-new-tokens, this times, question by question (so that CPU contention hi
   4. greedy      one plain greedy decode per question: `model.generate(do_sample=False,
                  stop_strings=until, tokenizer=...)`, and our own `decode_branches` with n_branches=1;
 then, as a subprocess,
-  5. lm-eval     `lm_eval --model hf --model_args pretrained=<converted folder>,device=cpu --tasks
+  5. lm-eval     `lm_eval --model hf --model_args pretrained=<converted folder> --device cpu --tasks
                  bench_gsm8k_sc10 --include_path benchmarks/tasks --limit K` (10 sampled repeats at
                  temperature 0.7, same prompt / stop strings / budget). Its model-load and start-up time
                  is removed by also timing the same command with `--limit 1 --gen_kwargs max_gen_toks=1`
                  (start-up + model + data loading + 10 one-token generations) and subtracting it.
+                 (lm-eval 0.4.13 rejects `--limit 0`, and `device=cpu` inside --model_args clashes with the
+                 CLI's own device argument, hence `--device cpu`.)
 
 Prints a Markdown table and writes it, with the machine, command line and ratios, to
 benchmarks/results/decode_<date>.json (and .md). Example:

@@ -12,6 +12,7 @@ L layers, H kv heads, S sequence length, E head dim.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 
@@ -194,12 +195,49 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
     return branches, caches
 
 
-def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[int]]):
+class _EnoughLayers(Exception):
+    """Raised by a forward hook once the last hidden state we need has been computed."""
+
+
+def _forward_until(model, upto_layer: int, **inputs):
+    """Run only blocks 0..upto_layer-1 of the decoder (no later blocks, no LM head).
+
+    Returns an object with `hidden_states[i]` for i <= upto_layer (0 = embeddings; i = output of block
+    i-1, as HF's own hidden_states below the final norm) and the cache, updated up to that block.
+    """
+    decoder = model.get_decoder()
+    captured = {}
+
+    def keep(index):
+        def hook(module, args, output):
+            captured[index] = output[0] if isinstance(output, tuple) else output
+            if index == upto_layer:
+                raise _EnoughLayers
+
+        return hook
+
+    modules = [decoder.embed_tokens] + list(decoder.layers[:upto_layer])
+    handles = [m.register_forward_hook(keep(i)) for i, m in enumerate(modules)]
+    try:
+        decoder(**inputs)
+    except _EnoughLayers:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return SimpleNamespace(hidden_states=[captured[i] for i in range(upto_layer + 1)],
+                           past_key_values=inputs["past_key_values"], logits=None)
+
+
+def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[int]], upto_layer: int | None = None):
     """Run `tokens[i]` on top of `cache_rows[i]` in one batch.
 
     Caches are right-padded to a common length and the new tokens right-padded too; the attention
     mask hides both paddings and explicit position ids continue each row's own sequence, so every row
     sees exactly what a single unpadded forward would. Returns (outputs, last index of each row).
+    With `upto_layer` < the number of blocks, only hidden states up to that index are computed (no
+    later blocks, no logits): features need one middle layer, and the rest of the model is most of
+    the cost. The caches then only need (and only get) the first `upto_layer` blocks.
     """
     from transformers import DynamicCache
 
@@ -223,8 +261,12 @@ def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[i
         mask[i, longest: longest + len(t)] = 1
         input_ids[i, : len(t)] = torch.tensor(t, device=device)
         positions[i] = c.length + torch.arange(new_width, device=device)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                use_cache=True, output_hidden_states=True)
+    inputs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                  use_cache=True)
+    if upto_layer is not None and upto_layer < model.config.num_hidden_layers:
+        out = _forward_until(model, upto_layer, **inputs)
+    else:
+        out = model(**inputs, output_hidden_states=True)
     last = torch.tensor([len(t) - 1 for t in tokens], device=device)
     return out, last
 

@@ -50,7 +50,7 @@ def assertion_features(model, branches: list[Branch], caches: list[BranchCache],
     hidden = []
     for start in range(0, len(jobs), rows_per_pass):
         chunk = jobs[start: start + rows_per_pass]
-        out, last = extend_with_tokens(model, [c for c, _ in chunk], [t for _, t in chunk])
+        out, last = extend_with_tokens(model, [c for c, _ in chunk], [t for _, t in chunk], upto_layer=max(layers))
         states = torch.stack([out.hidden_states[i] for i in layers], dim=2)  # (B, U, L, D)
         hidden.append(states[torch.arange(len(chunk)), last].float().cpu())  # (B, L, D)
     features = torch.cat(hidden).reshape(len(branches), len(template_ids), len(layers), -1)  # (N, T, L, D)
@@ -66,10 +66,12 @@ def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], t
     base = snapshot(prefill.past_key_values, 0, 0, len(prompt_ids))
     if not any(b.token_ids for b in branches):
         return assertion_features(model, branches, [base] * len(branches), template_ids, layer)
-    out, _ = extend_with_tokens(model, [base] * len(branches), [b.token_ids for b in branches])
+    upto = max([layer] if isinstance(layer, int) else layer)
+    out, _ = extend_with_tokens(model, [base] * len(branches), [b.token_ids for b in branches], upto_layer=upto)
+    blocks = out.past_key_values.layers[:upto]  # blocks beyond the deepest feature layer were never run
     caches = []
     for k, branch in enumerate(branches):
         end = base.length + len(branch.token_ids)
-        caches.append(BranchCache(len(prompt_ids), [layer_cache.keys[k, :, :end] for layer_cache in out.past_key_values.layers],
-                                  [layer_cache.values[k, :, :end] for layer_cache in out.past_key_values.layers]))
+        caches.append(BranchCache(len(prompt_ids), [b.keys[k, :, :end] for b in blocks],
+                                  [b.values[k, :, :end] for b in blocks]))
     return assertion_features(model, branches, caches, template_ids, layer)
