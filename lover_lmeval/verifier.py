@@ -16,6 +16,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
+from tqdm import tqdm
 
 from lover_lmeval.losses import parse_loss_spec, score, total_loss
 
@@ -236,7 +237,7 @@ def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
     normalized = (features.float() - mean) / std  # (Q, N, 2, D), computed once for all steps
     seeds = torch.randint(0, 2**62, (config.restarts,), generator=torch.Generator().manual_seed(config.seed))
     best, best_final, history, restart_losses = None, None, [], []
-    for restart, rseed in enumerate(seeds.tolist()):
+    for restart, rseed in enumerate(tqdm(seeds.tolist(), desc="fitting verifier (restarts)", leave=False)):
         with torch.random.fork_rng(devices=[]):  # deterministic init without touching the global RNG
             torch.manual_seed(rseed)
             verifier = Verifier(dim, config).to(features.device)
