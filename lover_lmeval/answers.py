@@ -82,6 +82,9 @@ _CHOICE_MARKERS = (
 )
 # Fallback: a letter in parentheses, not a function argument such as "f(A)".
 _CHOICE_FALLBACK = re.compile(r"(?<!\w)\((?P<ans>[A-J])\)")
+# Last resort, seen in real SmolLM2 outputs: the reply opens by restating an option, "D. cross section
+# of a leaf vein" or "C) Water ...". Only at the very start, so list items later on are not read.
+_CHOICE_LEADING = re.compile(r"\A\s*\(?(?P<ans>[A-J])[.)]\s")
 
 
 def _word_patterns(words: str) -> tuple[tuple[re.Pattern[str], ...], re.Pattern[str]]:
@@ -163,10 +166,11 @@ def extract_choice(text: str) -> Answer | None:
     """Multiple-choice letter A-J (MMLU-Pro); value is the upper-case letter.
 
     Markers: "The answer is (C)", "answer is C", "Answer: C", "**C**", ``\\boxed{C}``; the last wins.
-    Fallback: the last letter in parentheses, "(C)". Capitals that start words ("A man", "I think") are
-    never read as answers.
+    Fallback: the last letter in parentheses, "(C)"; then a reply that opens with an option, "D. text".
+    Capitals that start words ("A man", "I think") are never read as answers.
     """
-    m = _last(_CHOICE_MARKERS, text, "ans") or _last((_CHOICE_FALLBACK,), text, "ans")
+    m = (_last(_CHOICE_MARKERS, text, "ans") or _last((_CHOICE_FALLBACK,), text, "ans")
+         or _CHOICE_LEADING.match(text))
     return None if m is None else Answer(m["ans"], m.start("ans"), m.end("ans"))
 
 

@@ -346,3 +346,23 @@ def test_real_accuracy(samples):
     # Measured with this extractor: 5/29, 6/29, 17/29 (regression bounds). Majority is one below the plain
     # extractor's 7 only through a 2-2 tie it broke luckily (its extra vote read the "1" of "D_1").
     assert greedy >= 5 and majority >= 6 and any_correct >= 17
+
+
+# Real SmolLM2-135M-Instruct outputs (lover_hf, chat template, 2 branches, 160 tokens) on the first
+# questions of four tasks, collected with:
+#   lm_eval --model lover_hf --model_args n_branches=2 --gen_kwargs max_gen_toks=160 --apply_chat_template
+#     --tasks lover_mmlu_pro_biology,lover_hotpotqa_yesno,lover_bbh_boolean_expressions,lover_bbh_navigate --limit 3
+# Expected values were checked by reading each output.
+SMOLLM2_EXPECTED = [
+    "False", "True", "True", "False", "False", "True",  # boolean_expressions
+    "no", "yes", "no", "yes", "no", "yes",  # navigate
+    "yes", "no", None, "no", "yes", "no",  # hotpotqa: the third states a claim without yes/no
+    "D", None, "D", "C", "J", "F",  # mmlu_pro: "The answer is (X)" is the prompt's placeholder, not a letter
+]
+
+
+def test_real_smollm2_outputs_for_the_word_and_letter_extractors():
+    path = Path(__file__).parent / "data" / "smollm2_outputs.jsonl"
+    rows = [json.loads(line) for line in path.open()]
+    got = [(a.value if (a := get_extractor(r["extract"])(r["text"])) else None) for r in rows]
+    assert got == SMOLLM2_EXPECTED
