@@ -89,12 +89,12 @@ def _nucleus_sample(probs: torch.Tensor, top_p: float, n: int, generator) -> tor
     return order.gather(-1, picks)
 
 
-def snapshot(cache, row: int, pad: int, prompt_length: int) -> BranchCache:
-    return BranchCache(
-        prompt_length=prompt_length,
-        keys=[layer.keys[row, :, pad:].clone() for layer in cache.layers],
-        values=[layer.values[row, :, pad:].clone() for layer in cache.layers],
-    )
+def snapshot(cache, row: int, prompt_length: int, start: int = 0, end: int | None = None,
+             n_blocks: int | None = None) -> BranchCache:
+    """Copy one batch row's keys/values [start:end) (skipping left padding, dropping right padding)."""
+    layers = cache.layers[:n_blocks]
+    return BranchCache(prompt_length, [layer.keys[row, :, start:end].clone() for layer in layers],
+                       [layer.values[row, :, start:end].clone() for layer in layers])
 
 
 def _finish_reason(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: int) -> str | None:
@@ -171,7 +171,7 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
                 continue
             q, k = divmod(row, n)
             branches[q][k] = make_branch(tokenizer, ids[row], margins[row], stop, reason)
-            caches[q][k] = snapshot(cache, i, pads[row], len(prompts[q]))
+            caches[q][k] = snapshot(cache, i, len(prompts[q]), start=pads[row])
         if len(keep) < len(active):
             index = torch.tensor(keep, dtype=torch.long, device=device)
             cache.batch_select_indices(index)
@@ -299,7 +299,7 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
                                    num_return_sequences=n, do_sample=False, max_new_tokens=max_new_tokens,
                                    stopping_criteria=criteria, pad_token_id=pad_id)[:, len(prompt):]  # (N, T)
         prefill = model(input_ids=input_ids, use_cache=True)
-        base = snapshot(prefill.past_key_values, 0, 0, len(prompt))
+        base = snapshot(prefill.past_key_values, 0, len(prompt))
         first_probs = prefill.logits[0, -1].float().softmax(-1)  # (V,)
         row_ids = [_strip_padding(seq, eos_ids, pad_id) for seq in generated.tolist()]
         out, _ = extend_with_tokens(model, [base] * n, row_ids)
@@ -309,12 +309,7 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
             margins = [float(top1_top2_margin(first_probs))] + step_margins[k, : len(ids) - 1].tolist()
             reason = _finish_reason(tokenizer, ids, stop, eos_ids, budget=len(ids))
             q_branches.append(make_branch(tokenizer, ids, margins, stop, reason))
-            end = base.length + len(ids)
-            q_caches.append(BranchCache(
-                prompt_length=len(prompt),
-                keys=[layer.keys[k, :, :end].clone() for layer in out.past_key_values.layers],
-                values=[layer.values[k, :, :end].clone() for layer in out.past_key_values.layers],
-            ))
+            q_caches.append(snapshot(out.past_key_values, k, len(prompt), end=base.length + len(ids)))
         branches.append(q_branches)
         caches.append(q_caches)
     return branches, caches

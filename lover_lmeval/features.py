@@ -63,15 +63,12 @@ def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], t
     branches' tokens on top of it, then the templates. Same values as `assertion_features`."""
 
     prefill = model(input_ids=torch.tensor([prompt_ids], device=model.device), use_cache=True)
-    base = snapshot(prefill.past_key_values, 0, 0, len(prompt_ids))
+    base = snapshot(prefill.past_key_values, 0, len(prompt_ids))
     if not any(b.token_ids for b in branches):
         return assertion_features(model, branches, [base] * len(branches), template_ids, layer)
     upto = max([layer] if isinstance(layer, int) else layer)
     out, _ = extend_with_tokens(model, [base] * len(branches), [b.token_ids for b in branches], upto_layer=upto)
-    blocks = out.past_key_values.layers[:upto]  # blocks beyond the deepest feature layer were never run
-    caches = []
-    for k, branch in enumerate(branches):
-        end = base.length + len(branch.token_ids)
-        caches.append(BranchCache(len(prompt_ids), [b.keys[k, :, :end] for b in blocks],
-                                  [b.values[k, :, :end] for b in blocks]))
+    # Blocks beyond the deepest feature layer were never run: their caches are not needed.
+    caches = [snapshot(out.past_key_values, k, len(prompt_ids), end=base.length + len(b.token_ids), n_blocks=upto)
+              for k, b in enumerate(branches)]
     return assertion_features(model, branches, caches, template_ids, layer)
