@@ -110,7 +110,8 @@ def plot_curves(curves: dict[str, dict], path: Path) -> None:
 
 
 def compare(model_args: str, tasks: list[str], include_path: str, limit: int | None, out: str | Path,
-            n_boot: int = 2000, seed: int = 0, gen_kwargs: str | None = None) -> dict:
+            n_boot: int = 2000, seed: int = 0, gen_kwargs: str | None = None,
+            apply_chat_template: bool = False) -> dict:
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager, get_task_dict
 
@@ -127,7 +128,8 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         extract_name = task_extractor(get_task_dict([task], manager)[task])
         extract = get_extractor(extract_name)
         evaluated = simple_evaluate(model="lover_hf", model_args=model_args, tasks=[task], limit=limit,
-                                    log_samples=True, task_manager=manager, gen_kwargs=gen_kwargs or None)
+                                    log_samples=True, task_manager=manager, gen_kwargs=gen_kwargs or None,
+                                    apply_chat_template=apply_chat_template)
         table, results, gold = table_from_samples(evaluated["samples"][task], extract)
         rows = {}
         for name, correct in table.items():
@@ -154,11 +156,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n_boot", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gen_kwargs", default=None, help="as lm_eval's, e.g. max_gen_toks=128")
+    parser.add_argument("--apply_chat_template", action="store_true", help="as lm_eval's (match the bank's prompts)")
 
 
 def run(args) -> int:
     logging.basicConfig(level=logging.INFO)
     report = compare(args.model_args, args.tasks.split(","), args.include_path, args.limit, args.out,
-                     args.n_boot, args.seed, args.gen_kwargs)
+                     args.n_boot, args.seed, args.gen_kwargs, args.apply_chat_template)
     print(render_markdown(report))
     return 0
