@@ -17,6 +17,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from tqdm import tqdm
 
 from . import loading
+from .answers import get_extractor
 from .bank import BranchBank, record_key
 from .decoding import DecodingConfig, decode_branches
 from .features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer, features_from_tokens
@@ -66,6 +67,7 @@ class LoverLM(HFLM):
         self.templates = (str(true_template), str(false_template))
         self.template_ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in self.templates]
         self.extract = str(extract)
+        get_extractor(self.extract)  # fail before decoding, not after, on a bad extract=
         self.identity = {
             "model": loading.model_identity(str(pretrained), self.gguf_sha256, kwargs.get("revision")),
             "hidden_size": int(self.model.config.hidden_size),

@@ -56,6 +56,7 @@ def test_prompt_longer_than_context_is_left_truncated_with_a_warning(tiny_model_
     ({"n_branches": 0}, ValueError, "n_branches=0 must be >= 1"),
     ({"layer": 9}, ValueError, r"layer=9 is out of range.*0\.\.4"),
     ({"gguf_file": "missing.gguf"}, FileNotFoundError, "gguf_file='missing.gguf' not found"),
+    ({"extract": "digits"}, ValueError, "unknown answer extractor 'digits'"),
 ])
 def test_bad_model_args_name_the_argument_and_the_fix(tiny_model_dir, kwargs, error, message):
     with pytest.raises(error, match=message):
