@@ -4,15 +4,18 @@
 On the first Q GSM8K test questions, with lover_gsm8k's prompt (doc_to_text), stop strings and a budget
 of --max-new-tokens, this times, question by question (so that CPU contention hits every method alike):
 
-  1. branches    N=10 CoT-decoding branches (`decode_branches`, the LoverLM's model and tokenizer, one
-                 question per batch), exactly what `LoverLM.decode_requests` runs;
+  1. branches    N=10 CoT-decoding branches (`decode_branches`, the LoverLM's model and tokenizer, B
+                 questions per batch = --batch-size), exactly what `LoverLM.decode_requests` runs;
   2. features    `assertion_features` for those branches (template tokens on top of the branch caches);
   3. re-encode   the naive alternative: a full forward of prompt + branch + template for every
                  (branch, template) pair, batched 16 rows a pass like `assertion_features` (LM head on
                  the last position only, `logits_to_keep=1`, as it needs no logits); its hidden
                  states are compared with the features (max |diff|) as a correctness check;
-  4. greedy      one plain greedy decode per question: `model.generate(do_sample=False,
-                 stop_strings=until, tokenizer=...)`, and our own `decode_branches` with n_branches=1;
+  4. greedy      one plain greedy decode per question, the way lm-eval's `--model hf` runs it
+                 (`HFLM._model_generate`: `generate(do_sample=False)` with lm-eval's stop-sequence
+                 criteria), one question per call (lm-eval's default batch size) and, with
+                 --batch-size B > 1, also B left-padded questions per call; and our own
+                 `decode_branches` with n_branches=1;
 then, as a subprocess,
   5. lm-eval     `lm_eval --model hf --model_args pretrained=<converted folder> --device cpu --tasks
                  bench_gsm8k_sc10 --include_path benchmarks/tasks --limit K` (10 sampled repeats at
@@ -67,6 +70,10 @@ def parse_args(argv=None):
                    help="K questions for the lm-eval self-consistency run (default Q; 0 skips it). It is the "
                         "slowest method: on a small CPU use fewer and compare against branches on the same K.")
     p.add_argument("--lm-eval-batch-size", default="1", help="lm-eval --batch_size (default 1, lm-eval's default)")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="B, questions decoded together by decode_branches (B*N rows), as `lover_hf` does with "
+                        "lm-eval's --batch_size B. Greedy is timed both one question at a time (lm-eval's default) "
+                        "and B questions per generate call. Default 1.")
     p.add_argument("--threads", type=int, default=None,
                    help="torch / OpenMP threads for every method, lm-eval's subprocess included (default: torch's "
                         "default). On a shared, oversubscribed CPU, 1 avoids OpenMP spin-wait collapse.")
@@ -78,6 +85,9 @@ def parse_args(argv=None):
     if args.lm_eval_questions is None:
         args.lm_eval_questions = args.n_questions
     args.lm_eval_questions = min(args.lm_eval_questions, args.n_questions)
+    if args.batch_size < 1 or args.lm_eval_questions % args.batch_size:
+        p.error(f"--lm-eval-questions {args.lm_eval_questions} must be a multiple of --batch-size {args.batch_size} "
+                "(the branch time of the first K questions is summed over whole batches)")
     return args
 
 
@@ -257,11 +267,12 @@ def markdown(res) -> str:
         rows.append((name, str(r["questions"]), fmt(r["seconds"]), fmt(r["seconds"] / r["questions"], 2),
                      str(r.get("tokens", "-")), fmt(tps), note))
 
-    add(f"N={res['n_branches']} CoT branches (decode_branches)", "branches",
+    add(f"N={res['n_branches']} CoT branches (decode_branches, {res['batch_size']} question(s) per batch)", "branches",
         "tokens = decoding steps summed over branches")
     add("Assertion features (KV-cache reuse)", "features", "tokens = template (+ missing) tokens run")
     add("Full re-encode prompt+branch+template", "reencode", "tokens = tokens encoded, 16 rows/pass")
-    add("Greedy: model.generate(do_sample=False, stop_strings)", "greedy_generate", "incl. EOS / stop tokens")
+    add("Greedy: lm-eval HFLM._model_generate, 1 question per call", "greedy_generate", "incl. EOS / stop tokens")
+    add(f"Greedy: HFLM._model_generate, {res['batch_size']} questions per call", "greedy_batched", "left-padded batch")
     add("Greedy: decode_branches(n_branches=1)", "greedy_own", "")
     add(f"N={res['n_branches']} CoT branches, first K questions", "branches_k", "")
     add("lm-eval hf, repeats=10, T=0.7 (net of load)", "lm_eval",
@@ -313,53 +324,69 @@ def main(argv=None):
     cfg1 = DecodingConfig(n_branches=1, mode="cot")
     stop_strings = [s for s in until if s]
 
-    # Warm-up (first-call allocations, StopStringCriteria's vocabulary tables): not timed.
-    with torch.inference_mode():
-        model.generate(torch.tensor([prompts[0]]), attention_mask=torch.ones((1, len(prompts[0])), dtype=torch.long),
-                       do_sample=False, max_new_tokens=2, stop_strings=stop_strings, tokenizer=tok,
-                       pad_token_id=pad_id, eos_token_id=sorted(eos_ids), temperature=None, top_p=None, top_k=None)
+    # Warm-up (first-call allocations): not timed.
     decode_branches(model, tok, [prompts[0]], cfg, 2, until, eos_ids, pad_id)
+    lm._model_generate(torch.tensor([prompts[0]]), max_length=len(prompts[0]) + 2, stop=until, do_sample=False)
 
-    per_q = []
-    for qi, prompt in enumerate(prompts):
-        rec = {"question": qi, "prompt_tokens": len(prompt), "loadavg_before": loadavg()}
-        (branches, caches), rec["branches_s"] = timed(decode_branches, model, tok, [prompt], cfg, max_new, until,
-                                                      eos_ids, pad_id)
-        branches, caches = branches[0], caches[0]
-        rec["branch_steps"] = [c.length - c.prompt_length + 1 for c in caches]  # tokens sampled per branch
-        rec["branch_kept_tokens"] = [len(b.token_ids) for b in branches]
-        rec["finish"] = [b.finish_reason for b in branches]
-        feats, rec["features_s"] = timed(assertion_features, model, branches, caches, lm.template_ids, lm.layer)
-        rec["features_tokens"] = sum(max(0, len(b.token_ids) - (c.length - c.prompt_length)) + len(t)
-                                     for b, c in zip(branches, caches) for t in lm.template_ids)
-        (ref, ref_tokens), rec["reencode_s"] = timed(reencode_features, model, prompt, branches, lm.template_ids,
-                                                     lm.layer)
-        rec["reencode_tokens"] = ref_tokens
-        rec["features_max_abs_diff_vs_reencode"] = float((ref - feats).abs().max())
-        ids = torch.tensor([prompt])
+    def generate_greedy(batch):
+        """lm-eval's own greedy path (`HFLM._model_generate`: `generate` with lm-eval's stop-sequence
+        criteria) on a left-padded batch of prompts -> generated ids per prompt."""
+        width = max(len(p) for p in batch)
+        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])  # (B, P) left-padded
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
         with torch.inference_mode():
-            out, rec["greedy_generate_s"] = timed(
-                model.generate, ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
-                stop_strings=stop_strings, tokenizer=tok, pad_token_id=pad_id, eos_token_id=sorted(eos_ids),
-                temperature=None, top_p=None, top_k=None)
-        greedy_ids = out[0, len(prompt):].tolist()
-        rec["greedy_generate_tokens"] = len(greedy_ids)
-        greedy_text = tok.decode(greedy_ids, skip_special_tokens=True)
-        cut = min((i for i in (greedy_text.find(s) for s in stop_strings) if i >= 0), default=len(greedy_text))
-        rec["branch0_equals_generate_greedy"] = branches[0].text == greedy_text[:cut]
-        if not args.skip_own_greedy:
-            (b1, c1), rec["greedy_own_s"] = timed(decode_branches, model, tok, [prompt], cfg1, max_new, until,
-                                                  eos_ids, pad_id)
-            rec["greedy_own_tokens"] = c1[0][0].length - c1[0][0].prompt_length + 1
-            rec["own_greedy_equals_generate_greedy"] = b1[0][0].text == greedy_text[:cut]
-        rec["loadavg_after"] = loadavg()
-        per_q.append(rec)
-        print(f"[bench] q{qi}: prompt {len(prompt)} tok | branches {rec['branches_s']:.1f}s "
-              f"({sum(rec['branch_steps'])} tok, max {max(rec['branch_steps'])}) | features {rec['features_s']:.2f}s"
-              f" | re-encode {rec['reencode_s']:.2f}s (diff {rec['features_max_abs_diff_vs_reencode']:.1e}) | "
-              f"greedy {rec['greedy_generate_s']:.1f}s ({len(greedy_ids)} tok)"
-              + ("" if args.skip_own_greedy else f" | own n=1 {rec['greedy_own_s']:.1f}s") +
-              f" | load {rec['loadavg_after']}", flush=True)
+            out = lm._model_generate(ids, max_length=width + max_new, stop=until, do_sample=False,
+                                     attention_mask=mask)
+        return [row[width:].tolist() for row in out]
+
+    def cut_text(ids):
+        text = tok.decode(ids, skip_special_tokens=True)
+        return text[: min((i for i in (text.find(s) for s in stop_strings) if i >= 0), default=len(text))]
+
+    per_q, per_batch, b = [], [], args.batch_size
+    for start in range(0, len(prompts), b):
+        batch = prompts[start: start + b]
+        brec = {"questions": list(range(start, start + len(batch))), "loadavg_before": loadavg()}
+        (all_branches, all_caches), brec["branches_s"] = timed(decode_branches, model, tok, batch, cfg, max_new,
+                                                               until, eos_ids, pad_id)
+        if b > 1:
+            batched, brec["greedy_batched_s"] = timed(generate_greedy, batch)
+            brec["greedy_batched_equal_single"] = None  # filled below, per question
+        for offset, (prompt, branches, caches) in enumerate(zip(batch, all_branches, all_caches)):
+            qi = start + offset
+            rec = {"question": qi, "batch": len(per_batch), "prompt_tokens": len(prompt), "loadavg_before": loadavg()}
+            rec["branch_steps"] = [c.length - c.prompt_length + 1 for c in caches]  # tokens sampled per branch
+            rec["branch_kept_tokens"] = [len(br.token_ids) for br in branches]
+            rec["finish"] = [br.finish_reason for br in branches]
+            feats, rec["features_s"] = timed(assertion_features, model, branches, caches, lm.template_ids, lm.layer)
+            rec["features_tokens"] = sum(max(0, len(br.token_ids) - (c.length - c.prompt_length)) + len(t)
+                                         for br, c in zip(branches, caches) for t in lm.template_ids)
+            (ref, ref_tokens), rec["reencode_s"] = timed(reencode_features, model, prompt, branches,
+                                                         lm.template_ids, lm.layer)
+            rec["reencode_tokens"] = ref_tokens
+            rec["features_max_abs_diff_vs_reencode"] = float((ref - feats).abs().max())
+            (greedy_ids,), rec["greedy_generate_s"] = timed(generate_greedy, [prompt])
+            rec["greedy_generate_tokens"] = len(greedy_ids)
+            rec["branch0_equals_generate_greedy"] = branches[0].text == cut_text(greedy_ids)
+            if b > 1:
+                rec["greedy_batched_tokens"] = len(batched[offset])
+                rec["greedy_batched_equals_single"] = cut_text(batched[offset]) == cut_text(greedy_ids)
+            if not args.skip_own_greedy:
+                (b1, c1), rec["greedy_own_s"] = timed(decode_branches, model, tok, [prompt], cfg1, max_new, until,
+                                                      eos_ids, pad_id)
+                rec["greedy_own_tokens"] = c1[0][0].length - c1[0][0].prompt_length + 1
+                rec["own_greedy_equals_generate_greedy"] = b1[0][0].text == cut_text(greedy_ids)
+            rec["loadavg_after"] = loadavg()
+            per_q.append(rec)
+            print(f"[bench] q{qi}: prompt {len(prompt)} tok | {sum(rec['branch_steps'])} branch tok, max "
+                  f"{max(rec['branch_steps'])} | features {rec['features_s']:.2f}s | re-encode {rec['reencode_s']:.2f}s "
+                  f"(diff {rec['features_max_abs_diff_vs_reencode']:.1e}) | greedy {rec['greedy_generate_s']:.1f}s "
+                  f"({len(greedy_ids)} tok)" + ("" if args.skip_own_greedy else f" | own n=1 {rec['greedy_own_s']:.1f}s")
+                  + f" | load {rec['loadavg_after']}", flush=True)
+        brec["loadavg_after"] = loadavg()
+        per_batch.append(brec)
+        print(f"[bench] batch {len(per_batch) - 1} ({len(batch)} questions): branches {brec['branches_s']:.1f}s"
+              + (f" | greedy batched {brec['greedy_batched_s']:.1f}s" if b > 1 else ""), flush=True)
 
     q = len(per_q)
 
@@ -367,20 +394,23 @@ def main(argv=None):
         return sum(r[key] for r in rows)
 
     methods = {
-        "branches": {"questions": q, "seconds": total("branches_s"), "tokens": sum(sum(r["branch_steps"]) for r in per_q)},
+        "branches": {"questions": q, "seconds": total("branches_s", per_batch),
+                     "tokens": sum(sum(r["branch_steps"]) for r in per_q)},
         "features": {"questions": q, "seconds": total("features_s"), "tokens": total("features_tokens")},
         "reencode": {"questions": q, "seconds": total("reencode_s"), "tokens": total("reencode_tokens")},
         "greedy_generate": {"questions": q, "seconds": total("greedy_generate_s"), "tokens": total("greedy_generate_tokens")},
     }
+    if b > 1:
+        methods["greedy_batched"] = {"questions": q, "seconds": total("greedy_batched_s", per_batch),
+                                     "tokens": total("greedy_batched_tokens")}
     if not args.skip_own_greedy:
         methods["greedy_own"] = {"questions": q, "seconds": total("greedy_own_s"), "tokens": total("greedy_own_tokens")}
 
     lm_eval_res = None
     k = args.lm_eval_questions
     if k > 0:
-        first_k = per_q[:k]
-        methods["branches_k"] = {"questions": k, "seconds": total("branches_s", first_k),
-                                 "tokens": sum(sum(r["branch_steps"]) for r in first_k)}
+        methods["branches_k"] = {"questions": k, "seconds": total("branches_s", per_batch[: k // b]),
+                                 "tokens": sum(sum(r["branch_steps"]) for r in per_q[:k])}
         del lm  # free memory for the subprocess
         with tempfile.TemporaryDirectory(prefix="bench_decode_") as tmp:
             lm_eval_res = run_lm_eval(folder, k, max_new, args.lm_eval_batch_size, tok, Path(tmp))
@@ -394,6 +424,8 @@ def main(argv=None):
         "features_over_decode": methods["features"]["seconds"] / methods["branches"]["seconds"],
         "features_over_reencode": methods["features"]["seconds"] / methods["reencode"]["seconds"],
     }
+    if "greedy_batched" in methods:
+        ratios["branches_over_greedy_batched"] = methods["branches"]["seconds"] / methods["greedy_batched"]["seconds"]
     if "greedy_own" in methods:
         ratios["branches_over_own_greedy"] = methods["branches"]["seconds"] / methods["greedy_own"]["seconds"]
         ratios["own_greedy_over_generate_greedy"] = methods["greedy_own"]["seconds"] / methods["greedy_generate"]["seconds"]
@@ -405,12 +437,12 @@ def main(argv=None):
         "model": {"gguf": str(gguf), "converted_folder": str(folder), "dtype": str(model.dtype),
                   "layers": model.config.num_hidden_layers, "feature_layer": layer},
         "machine": info,
-        "n_questions": q, "n_branches": args.n_branches, "max_new_tokens": max_new,
+        "n_questions": q, "n_branches": args.n_branches, "max_new_tokens": max_new, "batch_size": b,
         "task": LOVER_TASK, "stop_strings": until, "bench_task": bench_task,
         "lover_load_s": load_s,
         "methods": methods, "ratios": ratios, "targets": TARGETS,
         "lm_eval": lm_eval_res,
-        "per_question": per_q,
+        "per_question": per_q, "per_batch": per_batch,
         "loadavg_end": loadavg(),
         "wall_total_s": (datetime.datetime.now() - started).total_seconds(),
     }

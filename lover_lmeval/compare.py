@@ -3,8 +3,10 @@
 Each task is evaluated once through lm-eval's `simple_evaluate` (`--model lover_hf`, so the numbers are
 lm-eval's own `exact_match` per filter). Rows that the task YAML does not carry are derived from the
 same in-process results: the supervised ceiling (when `supervised_verifier=` is given), the number of
-distinct answers per question, and accuracy as a function of N (the first n branches, verifier refit
-label-free on them). Writes `leaderboard.md`, `leaderboard.json` and `accuracy_vs_n.png`.
+distinct answers per question, accuracy as a function of N (the first n branches, verifier refit
+label-free on them), a cross-fitted supervised ceiling (`supervised_cv_*`), verifier diagnostics (AUROC,
+calibration, group statistics; diagnostics.py) and, with `--layers`, a label-free layer sweep. Writes
+`leaderboard.md`, `leaderboard.json`, `accuracy_vs_n.png` (and `accuracy_vs_layer.png`).
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from .selection import select
 
 log = logging.getLogger(__name__)
 
+ROWS_VERIFIERS = ("lover", "supervised", "supervised_cv")  # names taken by built-in rows
 ROWS = ("greedy", "majority", "cot_max", "cot_sum", "lover_max", "lover_sum", "supervised_max", "supervised_sum",
-        "pass_at_n")
+        "supervised_cv_max", "supervised_cv_sum", "pass_at_n")
 
 
 def bootstrap_interval(correct: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[float, float]:
@@ -75,7 +79,8 @@ def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str) ->
 def render_markdown(report: dict) -> str:
     tasks = list(report["tasks"])
     lines = ["| strategy | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
-    for row in ROWS:
+    extra = sorted({row for t in tasks for row in report["tasks"][t]["rows"]} - set(ROWS))
+    for row in (*ROWS, *extra):
         cells = []
         for task in tasks:
             cell = report["tasks"][task]["rows"].get(row)
@@ -91,7 +96,8 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(curves: dict[str, dict], path: Path) -> None:
+def plot_curves(curves: dict[str, dict], path: Path, x: str = "n", xlabel: str = "N (branches)",
+                strategies: tuple[str, ...] = ("majority", "lover_sum")) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,9 +105,9 @@ def plot_curves(curves: dict[str, dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for task, curve in curves.items():
-        for strategy, style in (("majority", "--"), ("lover_sum", "-")):
-            ax.plot(curve["n"], curve[strategy], style, marker="o", label=f"{task} {strategy}")
-    ax.set_xlabel("N (branches)")
+        for strategy, style in zip(strategies, ("--", "-", ":")):
+            ax.plot(curve[x], curve[strategy], style, marker="o", label=f"{task} {strategy}")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("accuracy")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -109,28 +115,77 @@ def plot_curves(curves: dict[str, dict], path: Path) -> None:
     plt.close(fig)
 
 
+def render_diagnostics(report: dict) -> str:
+    keys = ("auroc_pooled", "auroc_per_question_mean", "mean_score_correct", "mean_score_incorrect", "ece",
+            "branch_accuracy", "groups_per_question", "gold_among_answers", "gold_group_largest",
+            "gold_group_top_scored")
+    lines = ["| task | verifier | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+    for task, entry in report["tasks"].items():
+        for name, diag in entry.get("diagnostics", {}).items():
+            cells = ["–" if diag[k] is None else f"{diag[k]:.3f}" for k in keys]
+            lines.append(f"| {task} | {name} | " + " | ".join(cells) + " |")
+    for task, entry in report["tasks"].items():
+        if "layer_sweep" in entry:
+            sweep = entry["layer_sweep"]
+            lines += ["", f"Layer sweep on {task} (label-free refit per layer):", "",
+                      "| layer | " + " | ".join(map(str, sweep["layers"])) + " |",
+                      "|---|" + "---|" * len(sweep["layers"])]
+            for key in ("lover_max", "lover_sum", "auroc_pooled"):
+                lines.append(f"| {key} | " + " | ".join("–" if v is None else f"{v:.3f}" for v in sweep[key]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def compare(model_args: str, tasks: list[str], include_path: str, limit: int | None, out: str | Path,
             n_boot: int = 2000, seed: int = 0, gen_kwargs: str | None = None,
-            apply_chat_template: bool = False) -> dict:
+            apply_chat_template: bool = False, layers: list[int] | None = None, cv_folds: int = 2,
+            checkpoints: dict[str, str] | None = None) -> dict:
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager, get_task_dict
+    from lm_eval.utils import simple_parse_args_string
 
     from .answers import get_extractor
+    from .diagnostics import cross_fit_supervised, diagnose, layer_sweep
+    from .features import check_layer
+    from .model import LoverLM
     from .training import task_extractor
+    from .verifier import load_checkpoint
 
     manager = TaskManager(include_path=include_path)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "tasks": {}}
-    curves = {}
+    # One model for every task; the layer sweep re-reads its weights after lm-eval is done.
+    args = simple_parse_args_string(model_args)
+    if layers:  # keep the sweep's features while decoding (template tokens only) instead of re-running branches
+        args.setdefault("extra_layers", ";".join(map(str, layers)))
+    lm = LoverLM(**args)
+    layers = [check_layer(layer, lm.model.config.num_hidden_layers) for layer in layers or []]
+    # Extra verifiers scored on the same features (e.g. one trained on the training split next to the
+    # test-time fit); loading refuses checkpoints made for another model, layer or templates.
+    extra = {name: load_checkpoint(path, expect=lm.identity)[0] for name, path in (checkpoints or {}).items()}
+    report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "identity": lm.identity, "tasks": {}}
+    curves, layer_curves = {}, {}
     for task in tasks:
         extract_name = task_extractor(get_task_dict([task], manager)[task])
         extract = get_extractor(extract_name)
-        evaluated = simple_evaluate(model="lover_hf", model_args=model_args, tasks=[task], limit=limit,
-                                    log_samples=True, task_manager=manager, gen_kwargs=gen_kwargs or None,
-                                    apply_chat_template=apply_chat_template)
+        evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,
+                                    gen_kwargs=gen_kwargs or None, apply_chat_template=apply_chat_template)
         table, results, gold = table_from_samples(evaluated["samples"][task], extract)
+        for name, verifier in extra.items():
+            for r in results:
+                with torch.no_grad():
+                    r.verifier_probs[name] = torch.stack(verifier(torch.from_numpy(r.features)), -1).numpy()  # (N, 2)
+            for reduce in ("max", "sum"):
+                picked = [select(r, f"lover_{reduce}", extract, verifier=name) for r in results]
+                table[f"{name}_{reduce}"] = np.array([float(p == g) for p, g in zip(picked, gold)])
+        diagnostics = {name: diagnose(results, gold, extract, name) for name in results[0].verifier_probs}
+        if cv_folds >= 2 and len(results) >= cv_folds:
+            # Evaluation only: the supervised ceiling, each question scored by a verifier fit on other folds' labels.
+            cross = cross_fit_supervised(results, gold, extract_name, folds=cv_folds, seed=seed)
+            for reduce in ("max", "sum"):
+                picked = [select(r, f"lover_{reduce}", extract, verifier="supervised_cv") for r in cross]
+                table[f"supervised_cv_{reduce}"] = np.array([float(p == g) for p, g in zip(picked, gold)])
+            diagnostics["supervised_cv"] = diagnose(cross, gold, extract, "supervised_cv")
         rows = {}
         for name, correct in table.items():
             low, high = bootstrap_interval(correct, n_boot, rng)
@@ -140,10 +195,17 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         distinct = float(np.mean([len({a.value if a else None for a in map(extract, r.texts)}) for r in results]))
         curves[task] = accuracy_vs_n(results, gold, extract, extract_name)
         report["tasks"][task] = {"extract": extract_name, "rows": rows, "paired": paired,
-                                 "distinct_answers": distinct, "accuracy_vs_n": curves[task]}
+                                 "distinct_answers": distinct, "accuracy_vs_n": curves[task],
+                                 "diagnostics": diagnostics}
+        if layers:
+            layer_curves[task] = layer_sweep(lm.model, lm.template_ids, results, gold, extract, extract_name, layers)
+            report["tasks"][task]["layer_sweep"] = layer_curves[task]
     (out / "leaderboard.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "leaderboard.md").write_text(render_markdown(report))
+    (out / "leaderboard.md").write_text(render_markdown(report) + "\n" + render_diagnostics(report))
     plot_curves(curves, out / "accuracy_vs_n.png")
+    if layer_curves:
+        plot_curves(layer_curves, out / "accuracy_vs_layer.png", x="layers", xlabel="feature layer",
+                    strategies=("lover_max", "lover_sum"))
     return report
 
 
@@ -157,11 +219,27 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gen_kwargs", default=None, help="as lm_eval's, e.g. max_gen_toks=128")
     parser.add_argument("--apply_chat_template", action="store_true", help="as lm_eval's (match the bank's prompts)")
+    parser.add_argument("--layers", default="", help="comma-separated feature layers to sweep (label-free refit per "
+                        "layer), e.g. 4,8,12,16,20; writes accuracy_vs_layer.png")
+    parser.add_argument("--verifiers", default="", help="extra checkpoints scored on the same features, as "
+                        "NAME=PATH[,NAME=PATH]; adds rows NAME_max / NAME_sum (e.g. trained=verifier_ckpts/...)")
+    parser.add_argument("--cv_folds", type=int, default=2, help="folds of the cross-fitted supervised ceiling "
+                        "(rows supervised_cv_*; gold labels of the other folds only); 0 skips it")
 
 
 def run(args) -> int:
     logging.basicConfig(level=logging.INFO)
+    try:
+        layers = [int(x) for x in args.layers.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--layers {args.layers!r} must be comma-separated integers, e.g. 4,8,12") from None
+    pairs = [item.split("=", 1) for item in args.verifiers.split(",") if item.strip()]
+    if any(len(pair) != 2 or not pair[0] or pair[0] in ROWS_VERIFIERS for pair in pairs):
+        raise SystemExit(f"--verifiers {args.verifiers!r} must be NAME=PATH pairs with names other than "
+                         f"{', '.join(ROWS_VERIFIERS)}, e.g. trained=verifier_ckpts/m/gsm8k.safetensors")
     report = compare(args.model_args, args.tasks.split(","), args.include_path, args.limit, args.out,
-                     args.n_boot, args.seed, args.gen_kwargs, args.apply_chat_template)
+                     args.n_boot, args.seed, args.gen_kwargs, args.apply_chat_template, layers, args.cv_folds,
+                     dict(pairs))
     print(render_markdown(report))
+    print(render_diagnostics(report))
     return 0

@@ -139,7 +139,8 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
         input_ids[q, width - len(prompt):] = torch.tensor(prompt, device=device)
         mask[q, width - len(prompt):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    # Only the last position's logits are needed: the LM head over every prompt token would cost P times more.
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     probs = out.logits[:, -1].float().softmax(-1)  # (Q, V)
     generator = torch.Generator(device=device).manual_seed(config.seed)

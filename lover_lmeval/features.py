@@ -62,7 +62,7 @@ def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], t
     """Features of banked branches (no KV cache at hand): one prefill of the prompt, one pass over all
     branches' tokens on top of it, then the templates. Same values as `assertion_features`."""
 
-    prefill = model(input_ids=torch.tensor([prompt_ids], device=model.device), use_cache=True)
+    prefill = model(input_ids=torch.tensor([prompt_ids], device=model.device), use_cache=True, logits_to_keep=1)
     base = snapshot(prefill.past_key_values, 0, len(prompt_ids))
     if not any(b.token_ids for b in branches):
         return assertion_features(model, branches, [base] * len(branches), template_ids, layer)

@@ -35,7 +35,8 @@ class LoverLM(HFLM):
 
     Extra model_args: n_branches (10), decoding (cot|sample|beam), temperature, top_p, seed, layer
     (default: middle), true_template / false_template, verifier=PATH|fit, supervised_verifier=PATH,
-    extract (answer extractor used by verifier=fit), bank=PATH (reuse/append decoded branches).
+    extract (answer extractor used by verifier=fit), bank=PATH (reuse/append decoded branches),
+    extra_layers="3;6;9" (features of more layers kept on the result for layer sweeps).
     The default verifier=fit fits a verifier label-free on the evaluated questions' own branches
     (test-time fit), so the LoVer rows never need a separate training step. `pretrained` may be omitted: the embedded
     SmolLM2-135M-Instruct is used. `gguf_file` is converted once to a cached HF folder.
@@ -43,7 +44,8 @@ class LoverLM(HFLM):
 
     def __init__(self, pretrained=None, gguf_file=None, n_branches=10, decoding="cot", temperature=0.7,
                  top_p=0.95, seed=1234, layer=None, true_template=TRUE_TEMPLATE, false_template=FALSE_TEMPLATE,
-                 verifier="fit", supervised_verifier=None, extract="number", bank=None, device=None, **kwargs):
+                 verifier="fit", supervised_verifier=None, extract="number", bank=None, extra_layers=None,
+                 device=None, **kwargs):
         self.decoding = DecodingConfig(n_branches=int(n_branches), mode=str(decoding),
                                        temperature=float(temperature), top_p=float(top_p), seed=int(seed))
         self.gguf_sha256 = None
@@ -64,6 +66,9 @@ class LoverLM(HFLM):
             self._rank, self._world_size = accelerator.local_process_index, accelerator.num_processes
         n_layers = self.model.config.num_hidden_layers
         self.layer = check_layer(_optional_int(layer), n_layers)
+        # Layer sweeps: features of these layers ride along (`result.layer_features`) for the price of the
+        # template tokens, instead of re-running every branch through the model afterwards.
+        self.extra_layers = [check_layer(int(x), n_layers) for x in str(extra_layers or "").replace(";", " ").split()]
         self.templates = (str(true_template), str(false_template))
         self.template_ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in self.templates]
         self.extract = str(extract)
@@ -113,21 +118,24 @@ class LoverLM(HFLM):
         branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
         features = [None] * len(prompts)
         todo = [i for i, b in enumerate(branches) if b is None]
+        layers = [self.layer, *self.extra_layers]
         if todo:
             pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
             decoded, caches = decode_branches(self.model, self.tokenizer, [prompts[i] for i in todo], self.decoding,
                                               max_gen_toks, until, self._eos_ids(), pad_id)
             for i, q_branches, q_caches in zip(todo, decoded, caches):
                 branches[i] = q_branches
-                features[i] = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layer)
+                features[i] = assertion_features(self.model, q_branches, q_caches, self.template_ids, layers)
                 if self.bank is not None:
                     self.bank.add(keys[i], q_branches, prompt_ids=prompts[i])
         results = []
         for i, q_branches in enumerate(branches):
             if features[i] is None:  # from the bank: no KV cache, one prefill per question
-                features[i] = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, self.layer)
-            probs = {name: torch.stack(v(features[i]), dim=-1).numpy() for name, v in self.verifiers.items()}
-            results.append(LoverResult(q_branches, features[i].numpy(), probs, self.layer))
+                features[i] = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, layers)
+            at_layer = features[i][:, :, 0]  # (N, 2, L, D) -> (N, 2, D) at self.layer
+            probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
+            more = {layer: features[i][:, :, k].numpy() for k, layer in enumerate(layers) if k}
+            results.append(LoverResult(q_branches, at_layer.numpy(), probs, self.layer, prompts[i], more))
         return results
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:

@@ -28,8 +28,11 @@ class LoverResult(str):
     features: np.ndarray | None  # (N, 2, D) float32
     verifier_probs: dict[str, np.ndarray]  # verifier name -> (N, 2): p+ and p- per branch
     layer: int | None
+    prompt_ids: list[int] | None  # the prompt's token ids, so features can be recomputed at any layer later
+    layer_features: dict[int, np.ndarray]  # more layers' (N, 2, D) features (lover_hf extra_layers=)
 
-    def __new__(cls, branches: list[Branch], features=None, verifier_probs=None, layer=None):
+    def __new__(cls, branches: list[Branch], features=None, verifier_probs=None, layer=None, prompt_ids=None,
+                layer_features=None):
         if not branches:
             raise ValueError("a LoverResult needs at least one branch")
         self = super().__new__(cls, branches[0].text)
@@ -39,6 +42,8 @@ class LoverResult(str):
             raise ValueError(f"features must be (N={len(branches)}, 2, D), got {self.features.shape}")
         self.verifier_probs = {k: np.asarray(v, dtype=np.float64) for k, v in (verifier_probs or {}).items()}
         self.layer = layer
+        self.prompt_ids = None if prompt_ids is None else list(prompt_ids)
+        self.layer_features = {int(k): np.asarray(v, dtype=np.float32) for k, v in (layer_features or {}).items()}
         return self
 
     @property
@@ -72,5 +77,6 @@ class LoverResult(str):
 
     def __reduce__(self):
         state = {"branches": self.branches, "features": self.features,
-                 "verifier_probs": self.verifier_probs, "layer": self.layer}
+                 "verifier_probs": self.verifier_probs, "layer": self.layer, "prompt_ids": self.prompt_ids,
+                 "layer_features": self.layer_features}
         return _rebuild, (state,)

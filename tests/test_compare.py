@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from lover_lmeval.model import LoverLM
+from lover_lmeval.verifier import VerifierConfig, fit, save_checkpoint
 from lover_lmeval.compare import ROWS, bootstrap_interval, compare, paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,10 +25,24 @@ def test_bootstrap_statistics_on_hand_made_outcomes():
 
 
 def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
+    identity = LoverLM(pretrained=str(tiny_model_dir), n_branches=3, verifier=None).identity
+    dim = identity["hidden_size"]
+    trained = fit(torch.randn(4, 3, 2, dim, generator=torch.Generator().manual_seed(0)), torch.ones(4, 3, dtype=torch.bool),
+                  torch.zeros(4, 3, dtype=torch.long), VerifierConfig(epochs=1, restarts=1)).verifier
+    save_checkpoint(tmp_path / "trained.safetensors", trained, identity)
     report = compare(f"pretrained={tiny_model_dir},n_branches=3", ["lover_gsm8k"], str(REPO / "task_configs"), 3,
-                     tmp_path, n_boot=200, gen_kwargs="max_gen_toks=8")
+                     tmp_path, n_boot=200, gen_kwargs="max_gen_toks=8", layers=[1, -1],
+                     checkpoints={"trained": str(tmp_path / "trained.safetensors")})
     rows = report["tasks"]["lover_gsm8k"]["rows"]
-    assert set(rows) == set(ROWS) - {"supervised_max", "supervised_sum"}
+    assert set(rows) == set(ROWS) - {"supervised_max", "supervised_sum"} | {"trained_max", "trained_sum"}
+    assert "| trained_sum |" in (tmp_path / "leaderboard.md").read_text()
+    diagnostics = report["tasks"]["lover_gsm8k"]["diagnostics"]
+    assert set(diagnostics) == {"lover", "trained", "supervised_cv"}
+    assert diagnostics["lover"]["questions"] == 3 and diagnostics["lover"]["branches"] == 9
+    sweep = report["tasks"]["lover_gsm8k"]["layer_sweep"]
+    assert sweep["layers"] == [1, 4] and len(sweep["lover_sum"]) == 2  # -1 -> the last of the tiny llama's 4 layers
+    assert (tmp_path / "accuracy_vs_layer.png").stat().st_size > 0
+    assert "Layer sweep on lover_gsm8k" in (tmp_path / "leaderboard.md").read_text()
     assert all(row["n"] == 3 and 0.0 <= row["low"] <= row["acc"] <= row["high"] <= 1.0 for row in rows.values())
     assert set(report["tasks"]["lover_gsm8k"]["paired"]) == {"majority", "cot_sum"}
     assert report["tasks"]["lover_gsm8k"]["accuracy_vs_n"]["n"] == [1, 2, 3]

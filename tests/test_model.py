@@ -6,9 +6,11 @@ import logging
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from lm_eval.api.instance import Instance
 
+from lover_lmeval.features import features_from_tokens
 from lover_lmeval.model import LoverLM
 from lover_lmeval.results import LoverResult
 
@@ -41,6 +43,26 @@ def test_generate_until_returns_n_branches_with_features_and_never_reads_docs(lo
         assert result.layer == 3  # hidden_states has 5 entries (embeddings + 4 blocks); -2 is block 3
         greedy = lover_lm.greedy_reference(context, 6)
         assert result.branches[0].token_ids == greedy[: len(result.branches[0].token_ids)]
+
+
+def test_extra_layers_ride_along_and_equal_features_recomputed_from_tokens(tiny_model_dir, tmp_path):
+    """extra_layers keeps more layers' features for a sweep; they must equal what a sweep would recompute from the
+    branches' tokens, also for results served from the bank (no KV cache there)."""
+    lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=3, extra_layers="1;-1", batch_size=2, verifier=None,
+                 bank=str(tmp_path / "bank.jsonl.gz"))
+    assert lm.extra_layers == [1, 4]
+    contexts = ["Question: 2 + 2?\nAnswer:", "Question: name a colour.\nAnswer:"]
+    live = lm.generate_until([_request(c) for c in contexts], disable_tqdm=True)
+    banked = lm.generate_until([_request(c) for c in contexts], disable_tqdm=True)
+    for a, b in zip(live, banked):
+        assert set(a.layer_features) == {1, 4} and a.layer_features[1].shape == (3, 2, 64)
+        again = features_from_tokens(lm.model, a.prompt_ids, a.branches, lm.template_ids, [1, 4])  # (N, 2, L, D)
+        for k, layer in enumerate((1, 4)):
+            assert np.abs(a.layer_features[layer] - again[:, :, k].numpy()).max() < 1e-4
+            assert np.abs(b.layer_features[layer] - again[:, :, k].numpy()).max() < 1e-4
+        assert np.abs(a.features - b.features).max() < 1e-4
+    with pytest.raises(ValueError, match="layer=7 is out of range"):
+        LoverLM(pretrained=str(tiny_model_dir), extra_layers="7", verifier=None)
 
 
 def test_prompt_longer_than_context_is_left_truncated_with_a_warning(tiny_model_dir, caplog):

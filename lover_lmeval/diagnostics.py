@@ -1,0 +1,136 @@
+"""Why a verifier wins or loses on a run: branch-level quality beyond the selected answer's accuracy.
+
+Everything here is *evaluation*: it reads gold answers to score what the verifier did, after the
+fact. The unsupervised fits it runs (layer sweep) never see them; the supervised cross-fit is the
+labelled ceiling and says so in its name.
+
+- `auroc`: P(a correct branch outscores an incorrect one), ties counted ½ (Mann–Whitney U / (n⁺ n⁻)).
+- `diagnose`: pooled AUROC of the branch scores p_i, the mean per-question AUROC (questions with both
+  correct and incorrect branches), mean score of correct vs incorrect branches, expected calibration
+  error (10 equal-width bins, p_i read as P(branch correct)), and answer-group statistics: groups per
+  question, gold among the answers (pass@N), gold group largest (majority right), gold group scored
+  highest (the verifier's pick right).
+- `layer_sweep`: the label-free fit refit on features of each layer, accuracy of LoVer max/sum and
+  AUROC per layer. Features come from the results when lover_hf kept them (`extra_layers=`, nearly free
+  while decoding), else one pass over the branches' tokens per question for all layers.
+- `cross_fit_supervised`: the supervised ceiling by K-fold cross-fitting on the evaluated questions:
+  each fold is scored by a verifier trained with BCE on the gold labels of the other folds only.
+
+Dimensions: Q questions, N branches, L layers, D hidden size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .results import LoverResult
+from .selection import group_answers, select
+
+
+def auroc(scores: np.ndarray, correct: np.ndarray) -> float | None:
+    """Area under the ROC curve of `scores` for the 0/1 `correct`; None when one class is missing."""
+    scores, correct = np.asarray(scores, dtype=np.float64), np.asarray(correct, dtype=bool)
+    pos, neg = scores[correct], scores[~correct]
+    if len(pos) == 0 or len(neg) == 0:
+        return None
+    greater = (pos[:, None] > neg[None, :]).sum()
+    ties = (pos[:, None] == neg[None, :]).sum()
+    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
+
+
+def expected_calibration_error(probs: np.ndarray, correct: np.ndarray, bins: int = 10) -> float:
+    """Σ_b (n_b / n) |mean(correct in b) − mean(p in b)| over equal-width bins of p in [0, 1]."""
+    probs, correct = np.asarray(probs, dtype=np.float64), np.asarray(correct, dtype=np.float64)
+    index = np.minimum((probs * bins).astype(int), bins - 1)
+    return float(sum(abs(correct[index == b].mean() - probs[index == b].mean()) * (index == b).mean()
+                     for b in range(bins) if (index == b).any()))
+
+
+def branch_correct(result, extract, gold: str) -> np.ndarray:
+    """(N,) whether each branch's extracted answer equals the gold answer."""
+    return np.array([(a := extract(t)) is not None and a.value == gold for t in result.texts])
+
+
+def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -> dict:
+    """Branch- and group-level statistics of one verifier's scores (see the module docstring)."""
+    scores = [r.scores(verifier) for r in results]
+    correct = [branch_correct(r, extract, g) for r, g in zip(results, gold)]
+    pooled_s, pooled_c = np.concatenate(scores), np.concatenate(correct)
+    per_question = [a for s, c in zip(scores, correct) if (a := auroc(s, c)) is not None]
+    groups = [group_answers([extract(t) for t in r.texts]) for r in results]
+    gold_in = [g in grp for g, grp in zip(gold, groups)]
+    largest = [select(r, "majority", extract) == g for r, g in zip(results, gold)]
+    top_scored = [select(r, "lover_max", extract, verifier=verifier) == g for r, g in zip(results, gold)]
+    return {
+        "verifier": verifier, "questions": len(results), "branches": int(len(pooled_s)),
+        "branch_accuracy": float(pooled_c.mean()),
+        "auroc_pooled": auroc(pooled_s, pooled_c),
+        "auroc_per_question_mean": float(np.mean(per_question)) if per_question else None,
+        "questions_with_both": len(per_question),
+        "mean_score_correct": float(pooled_s[pooled_c].mean()) if pooled_c.any() else None,
+        "mean_score_incorrect": float(pooled_s[~pooled_c].mean()) if (~pooled_c).any() else None,
+        "ece": expected_calibration_error(pooled_s, pooled_c),
+        "groups_per_question": float(np.mean([len(grp) for grp in groups])),
+        "gold_among_answers": float(np.mean(gold_in)),
+        "gold_group_largest": float(np.mean(largest)),
+        "gold_group_top_scored": float(np.mean(top_scored)),
+    }
+
+
+def _accuracy(results, gold, strategy, extract, verifier="lover") -> float:
+    return float(np.mean([select(r, strategy, extract, verifier=verifier) == g for r, g in zip(results, gold)]))
+
+
+def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[str], extract, extract_name: str,
+                layers: list[int], config=None) -> dict:
+    """Refit the label-free verifier on each layer's features; accuracy (max/sum) and AUROC per layer."""
+    from .features import features_from_tokens
+    from .training import fit_on_results
+
+    def features_at(r, layer):  # (N, 2, D) when the result already carries this layer
+        return r.features if layer == r.layer else r.layer_features.get(layer)
+
+    stacked = []
+    for i, r in enumerate(results):
+        if all(features_at(r, layer) is not None for layer in layers):
+            stacked.append(np.stack([features_at(r, layer) for layer in layers], axis=2))  # (N, 2, L, D)
+            continue
+        if r.prompt_ids is None:
+            raise ValueError(f"result {i} carries neither the features of layers {layers} nor its prompt_ids "
+                             "(an older lm-eval request cache?): re-run without --use_cache to sweep layers.")
+        stacked.append(features_from_tokens(model, r.prompt_ids, r.branches, template_ids, layers).numpy())
+    sweep = {"layers": list(layers), "lover_max": [], "lover_sum": [], "auroc_pooled": []}
+    for index, layer in enumerate(layers):
+        at_layer = [LoverResult(r.branches, f[:, :, index], None, layer, r.prompt_ids)  # (N, 2, D)
+                    for r, f in zip(results, stacked)]
+        fit_on_results(at_layer, extract_name, config)
+        for strategy in ("lover_max", "lover_sum"):
+            sweep[strategy].append(_accuracy(at_layer, gold, strategy, extract))
+        sweep["auroc_pooled"].append(diagnose(at_layer, gold, extract)["auroc_pooled"])
+    return sweep
+
+
+def cross_fit_supervised(results: list, gold: list[str], extract_name: str, folds: int = 2, seed: int = 0,
+                         config=None) -> list:
+    """Copies of `results` scored by a supervised verifier ("supervised_cv") trained on the other folds."""
+    from .training import batch_results
+    from .verifier import VerifierConfig, fit
+
+    if not 2 <= folds <= len(results):
+        raise ValueError(f"folds={folds} must be between 2 and the number of questions ({len(results)}).")
+    features, mask, groups, answers = batch_results(results, extract_name)  # (Q, N, 2, D), (Q, N), (Q, N)
+    labels = torch.tensor([[float(a == g) for a in row] + [0.0] * (mask.shape[1] - len(row))
+                           for row, g in zip(answers, gold)])  # (Q, N)
+    fold_of = np.random.default_rng(seed).permutation(len(results)) % folds
+    scored = [LoverResult(r.branches, r.features, dict(r.verifier_probs), r.layer, r.prompt_ids) for r in results]
+    for fold in range(folds):
+        train = torch.from_numpy(fold_of != fold)
+        verifier = fit(features[train], mask[train], groups[train], config or VerifierConfig(seed=seed),
+                       labels=labels[train]).verifier
+        with torch.no_grad():
+            p_pos, p_neg = verifier(features[~train])  # (Q_fold, N) each
+        for row, q in enumerate(np.flatnonzero(fold_of == fold)):
+            n = len(results[q].branches)
+            scored[q].verifier_probs["supervised_cv"] = torch.stack([p_pos[row, :n], p_neg[row, :n]], -1).numpy()
+    return scored

@@ -1,0 +1,88 @@
+"""Tests for lover_lmeval.diagnostics: AUROC / calibration by hand, group statistics, the cross-fit ceiling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_verifier import make_world, planted
+
+from lover_lmeval.answers import get_extractor
+from lover_lmeval.decoding import Branch
+from lover_lmeval.diagnostics import auroc, cross_fit_supervised, diagnose, expected_calibration_error
+from lover_lmeval.results import LoverResult
+
+EXTRACT = get_extractor("number")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matmuls: a second OpenMP thread only adds sync cost on a busy 2-core box."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def result(answers: list[str], p_pos: list[float], p_neg: list[float]) -> LoverResult:
+    branches = [Branch(f"So the answer is {a}.", [1], [0.5], [(0, 1)], "stop") for a in answers]
+    return LoverResult(branches, None, {"lover": np.stack([p_pos, p_neg], axis=-1)})
+
+
+def test_auroc_by_hand():
+    """pos {0.9, 0.6} vs neg {0.4, 0.1}: all 4 pairs ordered -> 1.0; one tie -> 1/2;
+    pos {0.3} vs neg {0.5, 0.1}: 1 of 2 pairs -> 0.5; a missing class -> None."""
+    assert auroc([0.9, 0.4, 0.6, 0.1], [1, 0, 1, 0]) == 1.0
+    assert auroc([0.5, 0.5], [1, 0]) == 0.5
+    assert auroc([0.3, 0.5, 0.1], [1, 0, 0]) == 0.5
+    assert auroc([0.1, 0.9], [0, 0]) is None
+
+
+def test_expected_calibration_error_by_hand():
+    """p = .95, .95 (1 of 2 correct) -> bin 9: |0.5 - 0.95| * 2/4 = 0.225;
+    p = .05, .05 (none correct) -> bin 0: |0 - 0.05| * 2/4 = 0.025; total 0.25."""
+    assert expected_calibration_error(np.array([0.95, 0.95, 0.05, 0.05]), np.array([1, 0, 0, 0])) == pytest.approx(0.25)
+    assert expected_calibration_error(np.array([1.0, 0.0]), np.array([1, 0])) == 0.0
+
+
+def test_diagnose_group_statistics_by_hand():
+    """Q1: answers 7, 7, 3 (gold 3): majority wrong; scores p = (p+ + 1 - p-)/2 = .1, .2, .9 -> top-scored right.
+    Q2: answers 5, 5, 5 (gold 4): gold absent. Pooled correct = [0,0,1,0,0,0]; scores [.1,.2,.9,.5,.5,.5]:
+    the correct .9 beats all 5 incorrect -> AUROC 1.0; only Q1 has both classes."""
+    results = [result(["7", "7", "3"], [0.1, 0.2, 0.9], [0.9, 0.8, 0.1]),
+               result(["5", "5", "5"], [0.5, 0.5, 0.5], [0.5, 0.5, 0.5])]
+    diag = diagnose(results, ["3", "4"], EXTRACT)
+    assert diag["auroc_pooled"] == 1.0 and diag["auroc_per_question_mean"] == 1.0 and diag["questions_with_both"] == 1
+    assert diag["groups_per_question"] == 1.5
+    assert (diag["gold_among_answers"], diag["gold_group_largest"], diag["gold_group_top_scored"]) == (0.5, 0.0, 0.5)
+    assert diag["branch_accuracy"] == pytest.approx(1 / 6)
+    assert diag["mean_score_correct"] == pytest.approx(0.9) and diag["mean_score_incorrect"] == pytest.approx(0.36)
+
+
+def planted_results(n_q: int, seed: int):
+    features, _, groups, labels, true_group, _ = planted(n_q, make_world(16), seed=seed, signal=1.0)
+    results = [LoverResult([Branch(f"The answer is {int(g)}.", [1], [0.5], [(0, 1)], "stop") for g in row],
+                           features[q].numpy()) for q, row in enumerate(groups)]
+    return results, [str(int(t)) for t in true_group]
+
+
+def test_cross_fit_scores_each_fold_with_the_other_folds_labels_only():
+    """Scrambling the gold answers of the fold-0 questions must leave fold 0's scores bit-identical (they come
+    from a verifier trained on fold 1), and the labelled ceiling must find the planted direction."""
+    results, gold = planted_results(40, seed=5)
+    scored = cross_fit_supervised(results, gold, "number", folds=2, seed=0)
+    fold0 = np.random.default_rng(0).permutation(len(results)) % 2 == 0
+    scrambled = [("999" if in_fold0 else g) for g, in_fold0 in zip(gold, fold0)]
+    rescored = cross_fit_supervised(results, scrambled, "number", folds=2, seed=0)
+    for q in np.flatnonzero(fold0):
+        assert np.array_equal(scored[q].verifier_probs["supervised_cv"], rescored[q].verifier_probs["supervised_cv"])
+    assert not all(np.array_equal(scored[q].verifier_probs["supervised_cv"], rescored[q].verifier_probs["supervised_cv"])
+                   for q in np.flatnonzero(~fold0))
+    assert all("supervised_cv" not in r.verifier_probs for r in results)  # inputs untouched
+    assert diagnose(scored, gold, EXTRACT, "supervised_cv")["auroc_pooled"] > 0.9
+
+
+def test_cross_fit_rejects_bad_folds():
+    results, gold = planted_results(3, seed=1)
+    with pytest.raises(ValueError, match="folds=5"):
+        cross_fit_supervised(results, gold, "number", folds=5)
