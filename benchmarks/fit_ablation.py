@@ -1,0 +1,92 @@
+#!/usr/bin/env python
+"""Loss ablation of the label-free fit on banked branches (no decoding): which terms matter, and does the fit
+end in the "every answer false" corner?
+
+Reads the first --limit questions of a task split from a branch bank (refuses to decode: every question must be
+banked), computes features at --layer once, then fits the verifier label-free with each loss spec and reports
+accuracy of LoVer max/sum, AUROC of the branch scores and the mean score p (gold answers are read for scoring only).
+
+    .venv/bin/python benchmarks/fit_ablation.py --limit 120 \\
+      --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SPECS = ("nega+intra+inter", "intra+inter", "nega+inter", "nega+intra", "nega+intra+inter_logic",
+         "nega+intra+5*inter", "nega+intra+0.2*inter")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    p.add_argument("--task", default="lover_gsm8k")
+    p.add_argument("--split", default="test")
+    p.add_argument("--limit", type=int, default=120)
+    p.add_argument("--bank", required=True)
+    p.add_argument("--layer", type=int, default=None, help="feature layer (default: middle)")
+    p.add_argument("--specs", default=",".join(SPECS))
+    p.add_argument("--output", default=None)
+    args = p.parse_args()
+    os.environ.setdefault("LOVER_DATA_DIR", str(REPO.parent / "shared" / "data"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+    import numpy as np
+    from lm_eval.api.instance import Instance
+    from lm_eval.tasks import TaskManager, get_task_dict
+
+    from lover_lmeval.answers import get_extractor
+    from lover_lmeval.diagnostics import diagnose
+    from lover_lmeval.model import LoverLM
+    from lover_lmeval.selection import select
+    from lover_lmeval.training import fit_on_results, task_extractor
+    from lover_lmeval.verifier import VerifierConfig
+
+    gguf = Path.home() / ".cache" / "lover-models" / f"{args.model}.gguf"
+    lm = LoverLM(gguf_file=str(gguf), bank=args.bank, verifier=None, layer=args.layer)
+    task = get_task_dict([args.task], TaskManager(include_path=str(REPO / "task_configs")))[args.task]
+    extract_name = task_extractor(task)
+    extract = get_extractor(extract_name)
+    docs = list(task.dataset[args.split])[: args.limit]
+    contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
+                for d in docs]
+    gen_kwargs = dict(task.config.generation_kwargs)
+    import lover_lmeval.model as model_module
+
+    def refuse(*a, **k):
+        raise SystemExit("a question is not in the bank (this script never decodes): check --bank/--limit/--split")
+
+    model_module.decode_branches = refuse  # banked questions only: decoding 120 questions would take an hour
+    t0 = time.perf_counter()
+    results = lm.generate_until([Instance("generate_until", {}, (c, gen_kwargs), i) for i, c in enumerate(contexts)],
+                                disable_tqdm=True)
+    features_s = time.perf_counter() - t0
+    gold = [str(task.doc_to_target(d)).strip() for d in docs]
+    rows = []
+    for spec in args.specs.split(","):
+        config = VerifierConfig(losses=spec)
+        t0 = time.perf_counter()
+        fit_on_results(results, extract_name, config)  # label-free; scores the results in place
+        diag = diagnose(results, gold, extract)
+        row = {"losses": spec, "fit_s": time.perf_counter() - t0, "auroc": diag["auroc_pooled"],
+               "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))),
+               **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
+                  for s in ("lover_max", "lover_sum", "majority", "greedy")}}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    out = Path(args.output or REPO / "benchmarks" / "results" / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
+    out.write_text(json.dumps({"args": vars(args), "layer": lm.layer, "features_s": features_s,
+                               "config": asdict(VerifierConfig()), "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
