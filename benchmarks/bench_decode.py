@@ -351,7 +351,6 @@ def main(argv=None):
                                                                until, eos_ids, pad_id)
         if b > 1:
             batched, brec["greedy_batched_s"] = timed(generate_greedy, batch)
-            brec["greedy_batched_equal_single"] = None  # filled below, per question
         for offset, (prompt, branches, caches) in enumerate(zip(batch, all_branches, all_caches)):
             qi = start + offset
             rec = {"question": qi, "batch": len(per_batch), "prompt_tokens": len(prompt), "loadavg_before": loadavg()}

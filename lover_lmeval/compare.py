@@ -16,9 +16,8 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from .selection import select
+from .diagnostics import strategy_correct
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +40,12 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, n_boot: int, rng: np.random.G
             "high": float(np.percentile(diffs, 97.5)), "p_not_better": float((diffs <= 0).mean())}
 
 
+def verifier_rows(results: list, gold: list[str], extract, verifier: str, prefix: str) -> dict[str, np.ndarray]:
+    """Rows `{prefix}_max` / `{prefix}_sum`: LoVer selection with the scores of `verifier`."""
+    return {f"{prefix}_{reduce}": strategy_correct(results, gold, f"lover_{reduce}", extract, verifier)
+            for reduce in ("max", "sum")}
+
+
 def table_from_samples(samples: list[dict], extract) -> tuple[dict[str, np.ndarray], list, list[str]]:
     """Per-strategy 0/1 correctness over questions (sorted by doc_id), the results, and the targets."""
     by_filter: dict[str, dict[int, float]] = {}
@@ -54,9 +59,7 @@ def table_from_samples(samples: list[dict], extract) -> tuple[dict[str, np.ndarr
     ordered = [results[i] for i in ids]
     gold = [targets[i] for i in ids]
     if all("supervised" in getattr(r, "verifier_probs", {}) for r in ordered):
-        for reduce in ("max", "sum"):
-            picked = [select(r, f"lover_{reduce}", extract, verifier="supervised") for r in ordered]
-            table[f"supervised_{reduce}"] = np.array([float(p == g) for p, g in zip(picked, gold)])
+        table.update(verifier_rows(ordered, gold, extract, "supervised", "supervised"))
     return table, ordered, gold
 
 
@@ -71,8 +74,7 @@ def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str) ->
         subset = [LoverResult(r.branches[:n], r.features[:n], None, r.layer) for r in results]
         fit_on_results(subset, extract_name)
         for strategy in ("majority", "lover_sum"):
-            picked = [select(r, strategy, extract) for r in subset]
-            curves[strategy].append(float(np.mean([p == g for p, g in zip(picked, gold)])))
+            curves[strategy].append(float(strategy_correct(subset, gold, strategy, extract).mean()))
     return curves
 
 
@@ -147,7 +149,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     from .diagnostics import cross_fit_supervised, diagnose, layer_sweep
     from .features import check_layer
     from .model import LoverLM
-    from .training import task_extractor
+    from .training import batch_results, store_scores, task_extractor
     from .verifier import load_checkpoint
 
     manager = TaskManager(include_path=include_path)
@@ -171,20 +173,16 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,
                                     gen_kwargs=gen_kwargs or None, apply_chat_template=apply_chat_template)
         table, results, gold = table_from_samples(evaluated["samples"][task], extract)
+        if extra:
+            features = batch_results(results, extract_name)[0]  # (Q, N, 2, D)
         for name, verifier in extra.items():
-            for r in results:
-                with torch.no_grad():
-                    r.verifier_probs[name] = torch.stack(verifier(torch.from_numpy(r.features)), -1).numpy()  # (N, 2)
-            for reduce in ("max", "sum"):
-                picked = [select(r, f"lover_{reduce}", extract, verifier=name) for r in results]
-                table[f"{name}_{reduce}"] = np.array([float(p == g) for p, g in zip(picked, gold)])
+            store_scores(results, verifier, features, name)
+            table.update(verifier_rows(results, gold, extract, name, name))
         diagnostics = {name: diagnose(results, gold, extract, name) for name in results[0].verifier_probs}
         if cv_folds >= 2 and len(results) >= cv_folds:
             # Evaluation only: the supervised ceiling, each question scored by a verifier fit on other folds' labels.
             cross = cross_fit_supervised(results, gold, extract_name, folds=cv_folds, seed=seed)
-            for reduce in ("max", "sum"):
-                picked = [select(r, f"lover_{reduce}", extract, verifier="supervised_cv") for r in cross]
-                table[f"supervised_cv_{reduce}"] = np.array([float(p == g) for p, g in zip(picked, gold)])
+            table.update(verifier_rows(cross, gold, extract, "supervised_cv", "supervised_cv"))
             diagnostics["supervised_cv"] = diagnose(cross, gold, extract, "supervised_cv")
         rows = {}
         for name, correct in table.items():

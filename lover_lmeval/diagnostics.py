@@ -78,8 +78,9 @@ def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -
     }
 
 
-def _accuracy(results, gold, strategy, extract, verifier="lover") -> float:
-    return float(np.mean([select(r, strategy, extract, verifier=verifier) == g for r, g in zip(results, gold)]))
+def strategy_correct(results: list, gold: list[str], strategy: str, extract, verifier: str = "lover") -> np.ndarray:
+    """(Q,) 1.0 where `strategy` (selection.py) picks the gold answer."""
+    return np.array([float(select(r, strategy, extract, verifier=verifier) == g) for r, g in zip(results, gold)])
 
 
 def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[str], extract, extract_name: str,
@@ -106,7 +107,7 @@ def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[
                     for r, f in zip(results, stacked)]
         fit_on_results(at_layer, extract_name, config)
         for strategy in ("lover_max", "lover_sum"):
-            sweep[strategy].append(_accuracy(at_layer, gold, strategy, extract))
+            sweep[strategy].append(float(strategy_correct(at_layer, gold, strategy, extract).mean()))
         sweep["auroc_pooled"].append(diagnose(at_layer, gold, extract)["auroc_pooled"])
     return sweep
 
@@ -114,23 +115,19 @@ def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[
 def cross_fit_supervised(results: list, gold: list[str], extract_name: str, folds: int = 2, seed: int = 0,
                          config=None) -> list:
     """Copies of `results` scored by a supervised verifier ("supervised_cv") trained on the other folds."""
-    from .training import batch_results
+    from .training import batch_results, gold_labels, store_scores
     from .verifier import VerifierConfig, fit
 
     if not 2 <= folds <= len(results):
         raise ValueError(f"folds={folds} must be between 2 and the number of questions ({len(results)}).")
     features, mask, groups, answers = batch_results(results, extract_name)  # (Q, N, 2, D), (Q, N), (Q, N)
-    labels = torch.tensor([[float(a == g) for a in row] + [0.0] * (mask.shape[1] - len(row))
-                           for row, g in zip(answers, gold)])  # (Q, N)
+    labels = gold_labels(answers, gold, mask.shape[1])  # (Q, N)
     fold_of = np.random.default_rng(seed).permutation(len(results)) % folds
     scored = [LoverResult(r.branches, r.features, dict(r.verifier_probs), r.layer, r.prompt_ids) for r in results]
     for fold in range(folds):
         train = torch.from_numpy(fold_of != fold)
         verifier = fit(features[train], mask[train], groups[train], config or VerifierConfig(seed=seed),
                        labels=labels[train]).verifier
-        with torch.no_grad():
-            p_pos, p_neg = verifier(features[~train])  # (Q_fold, N) each
-        for row, q in enumerate(np.flatnonzero(fold_of == fold)):
-            n = len(results[q].branches)
-            scored[q].verifier_probs["supervised_cv"] = torch.stack([p_pos[row, :n], p_neg[row, :n]], -1).numpy()
+        held_out = [scored[q] for q in np.flatnonzero(fold_of == fold)]  # the rows of features[~train], in order
+        store_scores(held_out, verifier, features[~train], "supervised_cv")
     return scored

@@ -45,15 +45,25 @@ def batch_results(results, extract: str):
     return features, mask, groups, answers
 
 
-def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
-    """Test-time fit: train label-free on these results' own branches, then score them in place."""
-    features, mask, groups, _ = batch_results(results, extract)
-    verifier = fit(features, mask, groups, config or VerifierConfig()).verifier
+def gold_labels(answers: list[list[str | None]], gold: list[str], width: int) -> torch.Tensor:
+    """(Q, N) 1.0 where a branch's extracted answer equals the gold answer, 0.0 elsewhere and on padding."""
+    return torch.tensor([[float(a == g) for a in row] + [0.0] * (width - len(row)) for row, g in zip(answers, gold)])
+
+
+def store_scores(results, verifier, features: torch.Tensor, name: str) -> None:
+    """Score the results' padded features (Q, N, 2, D) and keep p+ / p- as `result.verifier_probs[name]`."""
     with torch.no_grad():
         p_pos, p_neg = verifier(features)  # (Q, N) each
     for q, result in enumerate(results):
         n = len(result.branches)
-        result.verifier_probs["lover"] = torch.stack([p_pos[q, :n], p_neg[q, :n]], dim=-1).numpy()
+        result.verifier_probs[name] = torch.stack([p_pos[q, :n], p_neg[q, :n]], dim=-1).numpy()  # (N, 2)
+
+
+def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
+    """Test-time fit: train label-free on these results' own branches, then score them in place."""
+    features, mask, groups, _ = batch_results(results, extract)
+    verifier = fit(features, mask, groups, config or VerifierConfig()).verifier
+    store_scores(results, verifier, features, "lover")
     return verifier
 
 
@@ -123,8 +133,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
         if not all(gold):
             raise ValueError(f"--supervised needs gold answers, but split {split!r} of {task_name!r} has "
                              f"{sum(not g for g in gold)} empty targets (an unlabeled split); drop --supervised.")
-        labels = torch.tensor([[float(a == g) for a in row] + [0.0] * (mask.shape[1] - len(row))
-                               for row, g in zip(answers, gold)])
+        labels = gold_labels(answers, gold, mask.shape[1])
     config = VerifierConfig(losses=losses, seed=seed)
     result = fit(features, mask, groups, config, labels=labels)
     metadata = {**lm.identity, "decoding": {**vars(lm.decoding)}, "n_branches": lm.decoding.n_branches,

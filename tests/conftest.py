@@ -51,3 +51,12 @@ def tiny_model_dir(tiny_model, tokenizer, tmp_path_factory) -> Path:
     tiny_model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """For modules of tiny matmuls: a second OpenMP thread only adds sync cost (7x slower on a busy 2-core box)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

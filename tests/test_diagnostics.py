@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from test_verifier import make_world, planted
 
 from lover_lmeval.answers import get_extractor
@@ -15,13 +14,7 @@ from lover_lmeval.results import LoverResult
 EXTRACT = get_extractor("number")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls: a second OpenMP thread only adds sync cost on a busy 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def result(answers: list[str], p_pos: list[float], p_neg: list[float]) -> LoverResult:

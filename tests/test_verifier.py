@@ -61,13 +61,7 @@ def picked_group(scores, mask, groups):
     return torch.where(counts > 0, means, torch.full_like(means, -1.0)).argmax(1)  # (Q,)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These matmuls are tiny: a second OpenMP thread only adds sync cost (7x slower on a busy 2-core box)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
