@@ -3,8 +3,9 @@
 # and write a `lover compare` leaderboard after every test step (test-time fit, the verifier trained on the
 # train bank so far, cross-fitted supervised ceiling, diagnostics, layer sweep over $LAYERS). Resumable: every question is appended to
 # its bank as soon as it is decoded, so re-running this script continues where it stopped. Banked questions
-# are not decoded again, but their features are recomputed (one pass over the branches' tokens, ~1/3 of
-# the decode time), so every test step re-pays that for the questions of the steps before it.
+# are not decoded again, and their features at every layer of $LAYERS come from lover_hf's local feature
+# cache (~/.cache/lover-lmeval/features; recomputing them costs ~1/3 of the decode time), so small test
+# steps cost only their new questions.
 #
 #   nohup bash benchmarks/grow_gsm8k_banks.sh > /tmp/grow_banks.log 2>&1 &
 #
@@ -22,7 +23,7 @@ GGUF=$(../shared/bin/get-model "$MODEL" | tail -1)
 BANKS=benchmarks/banks/$MODEL
 CKPT=verifier_ckpts/$MODEL/gsm8k-train.safetensors
 export LOVER_DATA_DIR=${LOVER_DATA_DIR:-$(cd .. && pwd)/shared/data} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-ARGS="gguf_file=$GGUF,batch_size=$BATCH"
+ARGS="gguf_file=$GGUF,batch_size=$BATCH,extra_layers=${LAYERS//,/;}"
 
 for step in $STEPS; do
   split=${step%%:*}

@@ -13,9 +13,13 @@ import gzip
 import hashlib
 import json
 import logging
+import os
 import zlib
 from dataclasses import asdict
 from pathlib import Path
+
+import numpy as np
+import torch
 
 from .decoding import Branch
 
@@ -64,3 +68,38 @@ class BranchBank:
             handle.write(gzip.compress((json.dumps(record, separators=(",", ":")) + "\n").encode()))
             handle.flush()
         self.records[key] = branches
+
+
+class FeatureCache:
+    """Local (never committed) cache of one question's features per layer, beside a bank.
+
+    Recomputing banked branches' features costs ~1/3 of decoding them (one pass over every branch's
+    tokens), so every experiment from a bank would re-pay it. A file holds the (N, T, D) float32 features of
+    one (bank record, layer, templates) triple: keyed by all three and by `salt` (dtype and device type: fp16
+    GPU features differ from fp32 CPU ones), so another layer or template never reads a stale file. Files are written atomically (rename), so an interrupted run leaves no torn file.
+    """
+
+    def __init__(self, directory: str | Path, salt: str = ""):
+        self.directory = Path(directory)
+        self.salt = salt
+
+    def _path(self, key: str, layer: int, template_ids: list[list[int]]) -> Path:
+        digest = hashlib.sha256(json.dumps([key, layer, template_ids, self.salt]).encode()).hexdigest()
+        return self.directory / digest[:2] / f"{digest}.npy"
+
+    def get(self, key: str, layers: list[int], template_ids: list[list[int]]):
+        """(N, T, L, D) features of these layers, or None unless every layer is cached."""
+        paths = [self._path(key, layer, template_ids) for layer in layers]
+        if not all(p.is_file() for p in paths):
+            return None
+        return torch.stack([torch.from_numpy(np.load(p)) for p in paths], dim=2)  # L x (N, T, D) -> (N, T, L, D)
+
+    def put(self, key: str, layers: list[int], template_ids: list[list[int]], features: torch.Tensor) -> None:
+        if features.ndim != 4:
+            raise ValueError(f"features must be (N, T, L, D), got shape {tuple(features.shape)}")
+        for k, layer in enumerate(layers):
+            path = self._path(key, layer, template_ids)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(".partial.npy")
+            np.save(partial, features[:, :, k].numpy())
+            os.replace(partial, path)

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from . import loading
 from .answers import get_extractor
-from .bank import BranchBank, record_key
+from .bank import BranchBank, FeatureCache, record_key
 from .decoding import DecodingConfig, decode_branches
 from .features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer, features_from_tokens
 from .results import LoverResult
@@ -36,7 +36,9 @@ class LoverLM(HFLM):
     Extra model_args: n_branches (10), decoding (cot|sample|beam), temperature, top_p, seed, layer
     (default: middle), true_template / false_template, verifier=PATH|fit, supervised_verifier=PATH,
     extract (answer extractor used by verifier=fit), bank=PATH (reuse/append decoded branches),
-    extra_layers="3;6;9" (features of more layers kept on the result for layer sweeps).
+    extra_layers="3;6;9" (features of more layers kept on the result for layer sweeps),
+    feature_cache=DIR|none (with a bank: features per question and layer, so banked questions are not
+    re-run through the model; default: the lover-lmeval cache dir).
     The default verifier=fit fits a verifier label-free on the evaluated questions' own branches
     (test-time fit), so the LoVer rows never need a separate training step. `pretrained` may be omitted: the embedded
     SmolLM2-135M-Instruct is used. `gguf_file` is converted once to a cached HF folder.
@@ -45,7 +47,7 @@ class LoverLM(HFLM):
     def __init__(self, pretrained=None, gguf_file=None, n_branches=10, decoding="cot", temperature=0.7,
                  top_p=0.95, seed=1234, layer=None, true_template=TRUE_TEMPLATE, false_template=FALSE_TEMPLATE,
                  verifier="fit", supervised_verifier=None, extract="number", bank=None, extra_layers=None,
-                 device=None, **kwargs):
+                 feature_cache=None, device=None, **kwargs):
         self.decoding = DecodingConfig(n_branches=int(n_branches), mode=str(decoding),
                                        temperature=float(temperature), top_p=float(top_p), seed=int(seed))
         self.gguf_sha256 = None
@@ -80,6 +82,10 @@ class LoverLM(HFLM):
             "templates": list(self.templates),
         }
         self.bank = BranchBank(bank) if bank not in (None, "", "None") else None
+        self.feature_cache = None
+        if self.bank is not None and str(feature_cache).lower() not in ("none", "false", "off"):
+            where = loading.cache_dir() / "features" if feature_cache is None else feature_cache
+            self.feature_cache = FeatureCache(where, salt=f"{self.model.dtype}/{self.device.type}")
         self.verifiers = {}
         self.fit_at_test_time = str(verifier) == "fit"
         from .verifier import load_checkpoint
@@ -116,9 +122,10 @@ class LoverLM(HFLM):
         settings = {"decoding": asdict(self.decoding), "until": until, "max_gen_toks": max_gen_toks}
         keys = [record_key(self.identity["model"], p, settings) for p in prompts]
         branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
-        features = [None] * len(prompts)
-        todo = [i for i, b in enumerate(branches) if b is None]
         layers = [self.layer, *self.extra_layers]
+        features = [self.feature_cache.get(k, layers, self.template_ids) if self.feature_cache is not None and b else None
+                    for k, b in zip(keys, branches)]
+        todo = [i for i, b in enumerate(branches) if b is None]
         if todo:
             pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
             decoded, caches = decode_branches(self.model, self.tokenizer, [prompts[i] for i in todo], self.decoding,
@@ -128,10 +135,14 @@ class LoverLM(HFLM):
                 features[i] = assertion_features(self.model, q_branches, q_caches, self.template_ids, layers)
                 if self.bank is not None:
                     self.bank.add(keys[i], q_branches, prompt_ids=prompts[i])
+                if self.feature_cache is not None:
+                    self.feature_cache.put(keys[i], layers, self.template_ids, features[i])
         results = []
         for i, q_branches in enumerate(branches):
             if features[i] is None:  # from the bank: no KV cache, one prefill per question
                 features[i] = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, layers)
+                if self.feature_cache is not None:
+                    self.feature_cache.put(keys[i], layers, self.template_ids, features[i])
             at_layer = features[i][:, :, 0]  # (N, 2, L, D) -> (N, 2, D) at self.layer
             probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
             more = {layer: features[i][:, :, k].numpy() for k, layer in enumerate(layers) if k}

@@ -49,7 +49,7 @@ def test_extra_layers_ride_along_and_equal_features_recomputed_from_tokens(tiny_
     """extra_layers keeps more layers' features for a sweep; they must equal what a sweep would recompute from the
     branches' tokens, also for results served from the bank (no KV cache there)."""
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=3, extra_layers="1;-1", batch_size=2, verifier=None,
-                 bank=str(tmp_path / "bank.jsonl.gz"))
+                 bank=str(tmp_path / "bank.jsonl.gz"), feature_cache="none")
     assert lm.extra_layers == [1, 4]
     contexts = ["Question: 2 + 2?\nAnswer:", "Question: name a colour.\nAnswer:"]
     live = lm.generate_until([_request(c) for c in contexts], disable_tqdm=True)
@@ -63,6 +63,29 @@ def test_extra_layers_ride_along_and_equal_features_recomputed_from_tokens(tiny_
         assert np.abs(a.features - b.features).max() < 1e-4
     with pytest.raises(ValueError, match="layer=7 is out of range"):
         LoverLM(pretrained=str(tiny_model_dir), extra_layers="7", verifier=None)
+
+
+def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_model_dir, tmp_path, monkeypatch):
+    """With a bank, features are kept per (question, layer): a second run (a fresh process in practice) reads them
+    instead of re-running every branch, gets the same values, and recomputes only a layer it has not seen."""
+    kwargs = dict(pretrained=str(tiny_model_dir), n_branches=3, batch_size=2, verifier=None,
+                  bank=str(tmp_path / "bank.jsonl.gz"), feature_cache=str(tmp_path / "features"))
+    contexts = ["Question: 2 + 2?\nAnswer:", "Question: name a colour.\nAnswer:"]
+    live = LoverLM(extra_layers="1", **kwargs).generate_until([_request(c) for c in contexts], disable_tqdm=True)
+    assert len(list((tmp_path / "features").rglob("*.npy"))) == 2 * 2  # 2 questions x 2 layers
+
+    def no_model_runs(*args, **kw):
+        raise AssertionError("ran the model although every feature is cached")
+
+    monkeypatch.setattr("lover_lmeval.model.features_from_tokens", no_model_runs)
+    monkeypatch.setattr("lover_lmeval.model.decode_branches", no_model_runs)
+    cached = LoverLM(extra_layers="1", **kwargs).generate_until([_request(c) for c in contexts], disable_tqdm=True)
+    for a, b in zip(live, cached):
+        assert [x.token_ids for x in a.branches] == [x.token_ids for x in b.branches]
+        np.testing.assert_array_equal(a.features, b.features)
+        np.testing.assert_array_equal(a.layer_features[1], b.layer_features[1])
+    with pytest.raises(AssertionError, match="every feature is cached"):  # layer 3 was never cached
+        LoverLM(extra_layers="3", **kwargs).generate_until([_request(contexts[0])], disable_tqdm=True)
 
 
 def test_prompt_longer_than_context_is_left_truncated_with_a_warning(tiny_model_dir, caplog):
