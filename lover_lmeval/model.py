@@ -47,7 +47,7 @@ class LoverLM(HFLM):
     def __init__(self, pretrained=None, gguf_file=None, n_branches=10, decoding="cot", temperature=0.7,
                  top_p=0.95, seed=1234, layer=None, true_template=TRUE_TEMPLATE, false_template=FALSE_TEMPLATE,
                  verifier="fit", supervised_verifier=None, extract="number", bank=None, extra_layers=None,
-                 feature_cache=None, device=None, **kwargs):
+                 feature_cache="default", device=None, **kwargs):
         self.decoding = DecodingConfig(n_branches=int(n_branches), mode=str(decoding),
                                        temperature=float(temperature), top_p=float(top_p), seed=int(seed))
         self.gguf_sha256 = None
@@ -83,8 +83,8 @@ class LoverLM(HFLM):
         }
         self.bank = BranchBank(bank) if bank not in (None, "", "None") else None
         self.feature_cache = None
-        if self.bank is not None and str(feature_cache).lower() not in ("none", "false", "off"):
-            where = loading.cache_dir() / "features" if feature_cache is None else feature_cache
+        if self.bank is not None and str(feature_cache).lower() not in ("", "none", "false", "off"):
+            where = loading.cache_dir() / "features" if feature_cache == "default" else feature_cache
             self.feature_cache = FeatureCache(where, salt=f"{self.model.dtype}/{self.device.type}")
         self.verifiers = {}
         self.fit_at_test_time = str(verifier) == "fit"

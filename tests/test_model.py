@@ -86,6 +86,10 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
         np.testing.assert_array_equal(a.layer_features[1], b.layer_features[1])
     with pytest.raises(AssertionError, match="every feature is cached"):  # layer 3 was never cached
         LoverLM(extra_layers="3", **kwargs).generate_until([_request(contexts[0])], disable_tqdm=True)
+    monkeypatch.setenv("LOVER_CACHE_DIR", str(tmp_path / "cache"))  # the default place, unless switched off
+    del kwargs["feature_cache"]
+    assert LoverLM(**kwargs).feature_cache.directory == tmp_path / "cache" / "features"
+    assert LoverLM(**kwargs, feature_cache="none").feature_cache is None
 
 
 def test_prompt_longer_than_context_is_left_truncated_with_a_warning(tiny_model_dir, caplog):
