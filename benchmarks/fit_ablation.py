@@ -3,10 +3,13 @@
 end in the "every answer false" corner?
 
 Reads the first --limit questions of a task split from a branch bank (refuses to decode: every question must be
-banked), computes features at --layer once, then fits the verifier label-free with each loss spec and reports
-accuracy of LoVer max/sum, AUROC of the branch scores and the mean score p (gold answers are read for scoring only).
+banked; features come from the feature cache when an earlier run left them), then, at each of --layers, fits the
+verifier label-free with each spec and reports accuracy of LoVer max/sum, AUROC of the branch scores and the
+mean score p (gold answers are read for scoring only, never by the fit or its restart choice).
 
-    .venv/bin/python benchmarks/fit_ablation.py --limit 120 \\
+A spec is a loss spec, optionally with VerifierConfig overrides after "@": "nega+intra+inter_raw@curriculum=0.2".
+
+    .venv/bin/python benchmarks/fit_ablation.py --limit 120 --layers 12,18 \\
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz
 """
 
@@ -21,7 +24,23 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = ("nega+intra+inter", "intra+inter", "nega+inter", "nega+intra", "nega+intra+inter_logic",
-         "nega+intra+5*inter", "nega+intra+0.2*inter")
+         "nega+intra+5*inter", "nega+intra+0.2*inter", "nega+intra+inter_raw",
+         "nega+intra+inter@curriculum=0.2", "nega+intra+inter_raw@curriculum=0.2")
+
+
+def parse_spec(spec: str) -> dict:
+    """"losses@key=value;key=value" -> VerifierConfig kwargs (values parsed as JSON numbers where they are)."""
+    losses, _, overrides = spec.partition("@")
+    kwargs = {"losses": losses}
+    for item in filter(None, overrides.split(";")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"spec override {item!r} in {spec!r} must be key=value")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return kwargs
 
 
 def main():
@@ -31,8 +50,8 @@ def main():
     p.add_argument("--split", default="test")
     p.add_argument("--limit", type=int, default=120)
     p.add_argument("--bank", required=True)
-    p.add_argument("--layer", type=int, default=None, help="feature layer (default: middle)")
-    p.add_argument("--specs", default=",".join(SPECS))
+    p.add_argument("--layers", default="", help="comma-separated feature layers (default: the middle one)")
+    p.add_argument("--specs", default=",".join(SPECS), help="comma-separated specs (see above)")
     p.add_argument("--output", default=None)
     args = p.parse_args()
     os.environ.setdefault("LOVER_DATA_DIR", str(REPO.parent / "shared" / "data"))
@@ -51,7 +70,10 @@ def main():
     from lover_lmeval.verifier import VerifierConfig
 
     gguf = Path.home() / ".cache" / "lover-models" / f"{args.model}.gguf"
-    lm = LoverLM(gguf_file=str(gguf), bank=args.bank, verifier=None, layer=args.layer)
+    layers = [int(x) for x in args.layers.split(",") if x.strip()]
+    lm = LoverLM(gguf_file=str(gguf), bank=args.bank, verifier=None, layer=layers[0] if layers else None,
+                 extra_layers=";".join(map(str, layers[1:])))
+    layers = layers or [lm.layer]
     task = get_task_dict([args.task], TaskManager(include_path=str(REPO / "task_configs")))[args.task]
     extract_name = task_extractor(task)
     extract = get_extractor(extract_name)
@@ -71,17 +93,21 @@ def main():
     features_s = time.perf_counter() - t0
     gold = [str(task.doc_to_target(d)).strip() for d in docs]
     rows = []
-    for spec in args.specs.split(","):
-        config = VerifierConfig(losses=spec)
-        t0 = time.perf_counter()
-        fit_on_results(results, extract_name, config)  # label-free; scores the results in place
-        diag = diagnose(results, gold, extract)
-        row = {"losses": spec, "fit_s": time.perf_counter() - t0, "auroc": diag["auroc_pooled"],
-               "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))),
-               **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
-                  for s in ("lover_max", "lover_sum", "majority", "greedy")}}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    base = [r.features for r in results]
+    for layer in layers:
+        for r, at_base in zip(results, base):
+            r.features = at_base if layer == lm.layer else r.layer_features[layer]
+        for spec in args.specs.split(","):
+            config = VerifierConfig(**parse_spec(spec))
+            t0 = time.perf_counter()
+            fit_on_results(results, extract_name, config)  # label-free; scores the results in place
+            diag = diagnose(results, gold, extract)
+            row = {"layer": layer, "spec": spec, "fit_s": time.perf_counter() - t0, "auroc": diag["auroc_pooled"],
+                   "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))),
+                   **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
+                      for s in ("lover_max", "lover_sum", "majority", "greedy")}}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     out = Path(args.output or REPO / "benchmarks" / "results" / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
     out.write_text(json.dumps({"args": vars(args), "layer": lm.layer, "features_s": features_s,
                                "config": asdict(VerifierConfig()), "rows": rows}, indent=2) + "\n")

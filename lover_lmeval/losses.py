@@ -25,7 +25,8 @@ import torch.nn.functional as F
 EPS = 1e-8
 
 #: Loss terms understood by :func:`parse_loss_spec` / :func:`total_loss`.
-ALLOWED_TERMS = ("nega", "intra", "inter", "inter_logic", "supervised")
+ALLOWED_TERMS = ("nega", "intra", "inter", "inter_raw", "inter_logic", "supervised")
+_INTER_TERMS = ("inter", "inter_raw", "inter_logic")
 
 _TERM_RE = re.compile(r"^(?:(?P<w>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\*\s*)?(?P<t>[A-Za-z_]+)$")
 
@@ -144,6 +145,25 @@ def inter_group_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tens
     return _mean_over_questions((s - 1) ** 2 + entropy, mask)
 
 
+def inter_raw_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
+                   generator: torch.Generator | None = None, *,
+                   reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Inter-group term with the entropy of the *raw* representative probabilities (authors' code).
+
+    ``L = (sum_k p_k - 1)^2 + (1/G_q) sum_k -p_k log2 p_k`` over the ``G_q`` non-empty groups.
+
+    Why it exists: the normalised entropy of :func:`inter_group_loss` is scale-free, so "every group
+    false" (all ``p_k -> 0`` with one relatively larger) costs only the sum term, 1, while a hedge over
+    G groups costs ``log G`` (1.6 at G = 5); a fit can settle in that corner. Here the all-false corner
+    still costs 1, a hedge ``p_k = 1/G`` costs ``log2(G) / G`` (0.46 at G = 5) and one true group 0.
+    """
+    _check(p_pos, mask, groups)
+    rep = _representative_probs(p_pos, mask, groups, generator, reps)  # (Q, G), 0 in empty slots
+    n_groups = group_onehot(groups, mask).amax(dim=1).sum(dim=1).clamp(min=1)  # (Q,)
+    self_info = -(rep * torch.log2(rep.clamp(min=EPS))).sum(dim=1)  # (Q,); empty slots add 0 * log(EPS) = 0
+    return _mean_over_questions((rep.sum(dim=1) - 1) ** 2 + self_info / n_groups, mask)
+
+
 def inter_logic_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                      generator: torch.Generator | None = None, *,
                      reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -213,32 +233,56 @@ def parse_loss_spec(spec: str | dict[str, float]) -> dict[str, float]:
     return out
 
 
-def total_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
-               spec: str | dict[str, float], generator: torch.Generator | None = None,
-               labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """Weighted sum of the terms in ``spec``.
-
-    Returns ``(total, terms)`` where ``total`` is the differentiable scalar and
-    ``terms`` maps each term name to its unweighted value as a float.  ``inter``
-    and ``inter_logic`` share one representative draw from ``generator``.
-    """
-    weights = parse_loss_spec(spec)
-    if "supervised" in weights and labels is None:
+def loss_terms(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
+               terms, generator: torch.Generator | None = None,
+               labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Each named term as a differentiable scalar; the inter-group terms share one representative draw."""
+    if "supervised" in terms and labels is None:
         raise ValueError("loss term 'supervised' needs labels, but labels=None")
-    reps = None
-    if "inter" in weights or "inter_logic" in weights:
-        reps = sample_representatives(groups, mask, generator)
+    reps = sample_representatives(groups, mask, generator) if any(t in terms for t in _INTER_TERMS) else None
+    inter = {"inter": inter_group_loss, "inter_raw": inter_raw_loss, "inter_logic": inter_logic_loss}
     values: dict[str, torch.Tensor] = {}
-    for term in weights:
+    for term in terms:
         if term == "nega":
             values[term] = negation_loss(p_pos, p_neg, mask)
         elif term == "intra":
             values[term] = intra_group_loss(p_pos, p_neg, mask, groups)
-        elif term == "inter":
-            values[term] = inter_group_loss(p_pos, mask, groups, reps=reps)
-        elif term == "inter_logic":
-            values[term] = inter_logic_loss(p_pos, mask, groups, reps=reps)
+        elif term in inter:
+            values[term] = inter[term](p_pos, mask, groups, reps=reps)
         else:
             values[term] = supervised_loss(p_pos, p_neg, mask, labels)
-    total = sum(weights[t] * v for t, v in values.items())
+    return values
+
+
+def staged_terms(values: dict[str, torch.Tensor], threshold: float) -> set[str]:
+    """Which terms a curriculum step optimises (the authors' code, threshold 0.2 there).
+
+    While the inter-group term exceeds ``threshold`` only it is optimised: the negation term alone is
+    solved by a probe that reads which template it sees (p+ -> 0, p- -> 1 for every branch), and
+    once there the inter term's gradient through the saturated sigmoid is too small to leave.
+    Next, while the negation term exceeds ``threshold``: negation + intra-group. Then all terms.
+    ``threshold <= 0`` or a spec without an inter-group term: all terms, always.
+    """
+    inter = [t for t in values if t in _INTER_TERMS]
+    if threshold <= 0 or not inter:
+        return set(values)
+    if sum(float(values[t].detach()) for t in inter) > threshold:
+        return set(inter)
+    if "nega" in values and float(values["nega"].detach()) > threshold:
+        return {t for t in values if t in ("nega", "intra")}
+    return set(values)
+
+
+def total_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
+               spec: str | dict[str, float], generator: torch.Generator | None = None,
+               labels: torch.Tensor | None = None, curriculum: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """Weighted sum of the terms in ``spec`` (only those :func:`staged_terms` picks, with a curriculum).
+
+    Returns ``(total, terms)`` where ``total`` is the differentiable scalar and
+    ``terms`` maps each term name to its unweighted value as a float (all terms, optimised or not).
+    """
+    weights = parse_loss_spec(spec)
+    values = loss_terms(p_pos, p_neg, mask, groups, weights, generator, labels)
+    active = staged_terms(values, curriculum)
+    total = sum(weights[t] * v for t, v in values.items() if t in active)
     return total, {t: float(v.detach()) for t, v in values.items()}

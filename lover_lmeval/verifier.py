@@ -67,6 +67,10 @@ class VerifierConfig:
     """Independent initialisations; the one with the lowest final unsupervised loss is kept."""
     seed: int = 0
     """Seed for initialisation, batching and representative sampling."""
+    curriculum: float = 0.0
+    """Staged training (the authors' code uses 0.2): while a batch's inter-group term exceeds this, only it
+    is optimised, then negation + intra-group until negation is below it, then all terms
+    (``losses.staged_terms``). 0 optimises all terms from the first step."""
     batch_questions: int = 64
     """Questions per optimisation step; 0 means full batch.  Mini-batches converge in fewer
     FLOPs: at D=896, 1000 questions, signal 0.4, lr 1e-3, 100 full-batch steps reached 0.84
@@ -85,6 +89,9 @@ class VerifierConfig:
             raise ValueError(f"normalize must be one of {', '.join(NORMALIZE_CHOICES)}, got {self.normalize!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if not (isinstance(self.curriculum, (int, float)) and math.isfinite(self.curriculum)
+                and self.curriculum >= 0):
+            raise ValueError(f"curriculum must be a finite number >= 0 (0 = off), got {self.curriculum!r}")
         if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay)
                 and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
@@ -93,7 +100,7 @@ class VerifierConfig:
         except ValueError as err:
             raise ValueError(f"losses: {err}") from None
         if "supervised" in terms:
-            raise ValueError("losses must only name unsupervised terms (nega, intra, inter, inter_logic); "
+            raise ValueError("losses must only name unsupervised terms (nega, intra, inter, inter_raw, inter_logic); "
                              "supervised training is selected by passing labels to fit()")
 
 
@@ -208,7 +215,8 @@ def _train_restart(verifier, normalized, mask, groups, labels, spec, config, gen
         for idx in torch.randperm(n_q, generator=gen).to(normalized.device).split(config.batch_questions or n_q):
             p_pos, p_neg = verifier.head(normalized[idx])
             loss, terms = total_loss(p_pos, p_neg, mask[idx], groups[idx], spec, gen,
-                                     None if labels is None else labels[idx])
+                                     None if labels is None else labels[idx],
+                                     curriculum=0.0 if labels is not None else config.curriculum)
             if not torch.isfinite(loss):
                 return None
             opt.zero_grad()

@@ -57,6 +57,26 @@ def test_inter_hand_worked():
     assert expected == pytest.approx(0.602335, abs=1e-6)
 
 
+def test_inter_raw_hand_worked():
+    """groups [0,0,1], p+=[0.5,0.5,0.25]: (0.5+0.25-1)^2 = 0.0625; self-information
+    -0.5 log2 0.5 - 0.25 log2 0.25 = 0.5 + 0.5 = 1.0, over G=2 groups -> 0.5; L = 0.5625."""
+    pp, pn, m, g = one_question([0.5, 0.5, 0.25], [0.0, 0.0, 0.0], [0, 0, 1])
+    assert L.inter_raw_loss(pp, m, g, torch.Generator().manual_seed(0)).item() == pytest.approx(0.5625, abs=1e-6)
+
+
+def test_all_false_corner_is_cheap_for_the_normalised_entropy_only():
+    """5 groups, one branch each.  All false with one relatively larger, p+=[0.05, 1e-4 x4]:
+    inter = (0.0504-1)^2 + H(p_hat) = 0.9017 + 0.0573 = 0.959, cheaper than an honest hedge p+=0.2 each
+    (0 + ln 5 = 1.61): the normalised entropy prefers "everything false".  inter_raw ranks them the
+    other way: all false 0.9017 + (0.2161 + 4*0.0013)/5 = 0.946 vs hedge 0 + log2(5)/5 = 0.464."""
+    m, g = torch.ones(1, 5, dtype=torch.bool), torch.tensor([[0, 1, 2, 3, 4]])
+    corner, hedge = t([[0.05, 1e-4, 1e-4, 1e-4, 1e-4]]), torch.full((1, 5), 0.2)
+    assert L.inter_group_loss(corner, m, g).item() == pytest.approx(0.959, abs=1e-3)
+    assert L.inter_group_loss(hedge, m, g).item() == pytest.approx(math.log(5), abs=1e-5)
+    assert L.inter_raw_loss(corner, m, g).item() == pytest.approx(0.946, abs=1e-3)
+    assert L.inter_raw_loss(hedge, m, g).item() == pytest.approx(math.log2(5) / 5, abs=1e-5)
+
+
 def test_inter_logic_hand_worked():
     """Representatives p=[0.6, 0.2]: P(exactly one) = 0.6*0.8 + 0.2*0.4 = 0.56,
     loss = -ln 0.56 = 0.579818."""
@@ -154,6 +174,16 @@ def ref_inter(rep_probs):
     return ref_mean(per_q)
 
 
+def ref_inter_raw(rep_probs):
+    per_q = []
+    for ps in rep_probs:
+        if ps is None:
+            per_q.append(None)
+            continue
+        per_q.append((sum(ps) - 1) ** 2 - sum(p * math.log2(p) for p in ps if p > 0) / len(ps))
+    return ref_mean(per_q)
+
+
 def ref_inter_logic(rep_probs):
     per_q = []
     for ps in rep_probs:
@@ -193,6 +223,8 @@ def test_matches_loop_reference(seed):
     assert L.inter_group_loss(pp, m, g, gen).item() == pytest.approx(ref_inter(reps), abs=1e-6)
     gen = torch.Generator().manual_seed(seed)
     assert L.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_logic(reps), abs=1e-6)
+    gen = torch.Generator().manual_seed(seed)
+    assert L.inter_raw_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_raw(reps), abs=1e-6)
 
 
 def test_representatives_are_real_members_and_uniform():
@@ -216,10 +248,10 @@ def test_representatives_are_real_members_and_uniform():
 
 def test_nan_on_padding_is_ignored():
     pp, pn, m, g, y = ragged_batch(4)
-    clean, _ = L.total_loss(pp, pn, m, g, "nega+intra+inter+inter_logic+supervised",
+    clean, _ = L.total_loss(pp, pn, m, g, "nega+intra+inter+inter_raw+inter_logic+supervised",
                             torch.Generator().manual_seed(0), labels=y)
     nan = lambda x: x.masked_fill(~m, math.nan)  # noqa: E731
-    dirty, _ = L.total_loss(nan(pp), nan(pn), m, g, "nega+intra+inter+inter_logic+supervised",
+    dirty, _ = L.total_loss(nan(pp), nan(pn), m, g, "nega+intra+inter+inter_raw+inter_logic+supervised",
                             torch.Generator().manual_seed(0), labels=nan(y))
     assert torch.equal(clean, dirty)
 
@@ -229,7 +261,7 @@ def test_gradients_finite_at_saturation():
     pn = t([[0.0, 1.0, 1.0, 0.0]]).requires_grad_()
     m = torch.ones(1, 4, dtype=torch.bool)
     g = torch.tensor([[0, 1, 2, 2]])
-    total, terms = L.total_loss(pp, pn, m, g, "nega+intra+inter+inter_logic+supervised",
+    total, terms = L.total_loss(pp, pn, m, g, "nega+intra+inter+inter_raw+inter_logic+supervised",
                                 torch.Generator().manual_seed(0), labels=t([[1, 0, 0, 1]]))
     total.backward()
     assert torch.isfinite(total) and torch.isfinite(pp.grad).all() and torch.isfinite(pn.grad).all()
@@ -240,7 +272,7 @@ def test_gradients_finite_at_saturation():
 GROUPS6 = [0, 0, 0, 1, 1, 2]
 
 
-@pytest.mark.parametrize("spec", ["nega+intra+inter", "nega+intra+inter_logic"])
+@pytest.mark.parametrize("spec", ["nega+intra+inter", "nega+intra+inter_raw", "nega+intra+inter_logic"])
 def test_degenerate_solutions_cost_more_than_consistent(spec):
     """groups [0,0,0,1,1,2], group 1 true.  Consistent: p+ = .99 on group 1, .01 elsewhere, p- = 1 - p+
     -> nega = 6*0.01^2, intra 0, inter = 0.01^2 + H([.0099,.9802,.0099]) ~ 0.11.
@@ -276,7 +308,7 @@ def test_parse_loss_spec_errors(bad, needle):
     with pytest.raises(ValueError, match=needle) as err:
         L.parse_loss_spec(bad)
     if "intre" in bad:
-        assert "nega, intra, inter, inter_logic, supervised" in str(err.value)
+        assert "nega, intra, inter, inter_raw, inter_logic, supervised" in str(err.value)
 
 
 def test_total_loss_is_weighted_sum_and_shares_representatives():
@@ -290,3 +322,18 @@ def test_total_loss_is_weighted_sum_and_shares_representatives():
     assert total.item() == pytest.approx(expected, rel=1e-5)
     with pytest.raises(ValueError, match="labels"):
         L.total_loss(pp, pn, m, g, "supervised", None)
+
+
+def test_curriculum_optimises_inter_first_then_negation_then_everything():
+    """Threshold 0.2.  inter 0.60 > 0.2 -> {inter} only (the total is just inter, the reported terms are all);
+    inter 0.1, nega 0.5 -> {nega, intra}; both below -> all terms.  Threshold 0 or no inter term -> all."""
+    v = lambda **kw: {k: torch.tensor(x) for k, x in kw.items()}  # noqa: E731
+    assert L.staged_terms(v(nega=0.5, intra=0.3, inter=0.6), 0.2) == {"inter"}
+    assert L.staged_terms(v(nega=0.5, intra=0.3, inter=0.1), 0.2) == {"nega", "intra"}
+    assert L.staged_terms(v(nega=0.1, intra=0.3, inter=0.1), 0.2) == {"nega", "intra", "inter"}
+    assert L.staged_terms(v(nega=0.5, intra=0.3, inter=0.6), 0.0) == {"nega", "intra", "inter"}
+    assert L.staged_terms(v(nega=0.5, intra=0.3), 0.2) == {"nega", "intra"}
+    pp, pn, m, g = one_question([0.6, 0.6, 0.2], [0.9, 0.9, 0.9], [0, 0, 1])
+    total, terms = L.total_loss(pp, pn, m, g, "nega+intra+inter", torch.Generator().manual_seed(0), curriculum=0.2)
+    assert terms["inter"] == pytest.approx(0.602335, abs=1e-6) and terms["nega"] > 0.2
+    assert total.item() == pytest.approx(terms["inter"], abs=1e-6)

@@ -82,7 +82,8 @@ def unsupervised_fit(data):
     ("hidden", 0, "hidden"), ("n_hidden_layers", -1, "n_hidden_layers"), ("epochs", 0, "epochs"),
     ("restarts", 0, "restarts"), ("batch_questions", -2, "batch_questions"), ("seed", 1.5, "seed"),
     ("normalize", "zscore", "none, mean, meanstd"), ("lr", 0.0, "lr"), ("lr", math.nan, "lr"),
-    ("weight_decay", -0.1, "weight_decay"), ("losses", "nega+intre", "intre"),
+    ("weight_decay", -0.1, "weight_decay"), ("curriculum", -0.2, "curriculum"), ("curriculum", math.inf, "curriculum"),
+    ("losses", "nega+intre", "intre"),
     ("losses", "nega+supervised", "labels to fit")])
 def test_config_validation(field, value, needle):
     with pytest.raises(ValueError, match=needle) as err:
