@@ -7,7 +7,7 @@ banked; features come from the feature cache when an earlier run left them), the
 verifier label-free with each spec and reports accuracy of LoVer max/sum, AUROC of the branch scores and the
 mean score p (gold answers are read for scoring only, never by the fit or its restart choice).
 
-A spec is a loss spec, optionally with VerifierConfig overrides after "@": "nega+intra+inter_raw@curriculum=0.2".
+A spec is a VerifierConfig string (verifier.config_from_string): "losses=nega+intra+inter_raw;curriculum=0.2".
 
     .venv/bin/python benchmarks/fit_ablation.py --limit 120 --layers 12,18 \\
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz
@@ -23,24 +23,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SPECS = ("nega+intra+inter", "intra+inter", "nega+inter", "nega+intra", "nega+intra+inter_logic",
-         "nega+intra+5*inter", "nega+intra+0.2*inter", "nega+intra+inter_raw",
-         "nega+intra+inter@curriculum=0.2", "nega+intra+inter_raw@curriculum=0.2")
-
-
-def parse_spec(spec: str) -> dict:
-    """"losses@key=value;key=value" -> VerifierConfig kwargs (values parsed as JSON numbers where they are)."""
-    losses, _, overrides = spec.partition("@")
-    kwargs = {"losses": losses}
-    for item in filter(None, overrides.split(";")):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"spec override {item!r} in {spec!r} must be key=value")
-        try:
-            kwargs[key] = json.loads(value)
-        except json.JSONDecodeError:
-            kwargs[key] = value
-    return kwargs
+SPECS = tuple(f"losses={spec}" for spec in ("nega+intra+inter", "intra+inter", "nega+inter", "nega+intra",
+                                            "nega+intra+inter_logic", "nega+intra+5*inter", "nega+intra+0.2*inter",
+                                            "nega+intra+inter_raw", "intra+inter_raw")) + (
+    "curriculum=0.2", "losses=nega+intra+inter_raw;curriculum=0.2")
 
 
 def main():
@@ -51,7 +37,7 @@ def main():
     p.add_argument("--limit", type=int, default=120)
     p.add_argument("--bank", required=True)
     p.add_argument("--layers", default="", help="comma-separated feature layers (default: the middle one)")
-    p.add_argument("--specs", default=",".join(SPECS), help="comma-separated specs (see above)")
+    p.add_argument("--specs", default="|".join(SPECS), help="'|'-separated specs (see above)")
     p.add_argument("--output", default=None)
     args = p.parse_args()
     os.environ.setdefault("LOVER_DATA_DIR", str(REPO.parent / "shared" / "data"))
@@ -67,7 +53,7 @@ def main():
     from lover_lmeval.model import LoverLM
     from lover_lmeval.selection import select
     from lover_lmeval.training import fit_on_results, task_extractor
-    from lover_lmeval.verifier import VerifierConfig
+    from lover_lmeval.verifier import VerifierConfig, config_from_string
 
     gguf = Path.home() / ".cache" / "lover-models" / f"{args.model}.gguf"
     layers = [int(x) for x in args.layers.split(",") if x.strip()]
@@ -97,8 +83,8 @@ def main():
     for layer in layers:
         for r, at_base in zip(results, base):
             r.features = at_base if layer == lm.layer else r.layer_features[layer]
-        for spec in args.specs.split(","):
-            config = VerifierConfig(**parse_spec(spec))
+        for spec in args.specs.split("|"):
+            config = config_from_string(spec)
             t0 = time.perf_counter()
             fit_on_results(results, extract_name, config)  # label-free; scores the results in place
             diag = diagnose(results, gold, extract)

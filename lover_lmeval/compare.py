@@ -63,7 +63,7 @@ def table_from_samples(samples: list[dict], extract) -> tuple[dict[str, np.ndarr
     return table, ordered, gold
 
 
-def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str) -> dict[str, list[float]]:
+def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, config=None) -> dict[str, list[float]]:
     """Majority and LoVer(sum) using only the first n branches, n = 1..N (verifier refit on them)."""
     from .results import LoverResult
     from .training import fit_on_results
@@ -72,7 +72,7 @@ def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str) ->
     curves = {"n": list(range(1, n_max + 1)), "majority": [], "lover_sum": []}
     for n in curves["n"]:
         subset = [LoverResult(r.branches[:n], r.features[:n], None, r.layer) for r in results]
-        fit_on_results(subset, extract_name)
+        fit_on_results(subset, extract_name, config)
         for strategy in ("majority", "lover_sum"):
             curves[strategy].append(float(strategy_correct(subset, gold, strategy, extract).mean()))
     return curves
@@ -191,12 +191,13 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         paired = {base: paired_bootstrap(table["lover_sum"], table[base], n_boot, rng)
                   for base in ("majority", "cot_sum") if base in table and "lover_sum" in table}
         distinct = float(np.mean([len({a.value if a else None for a in map(extract, r.texts)}) for r in results]))
-        curves[task] = accuracy_vs_n(results, gold, extract, extract_name)
+        curves[task] = accuracy_vs_n(results, gold, extract, extract_name, lm.fit_config)
         report["tasks"][task] = {"extract": extract_name, "rows": rows, "paired": paired,
                                  "distinct_answers": distinct, "accuracy_vs_n": curves[task],
                                  "diagnostics": diagnostics}
         if layers:
-            layer_curves[task] = layer_sweep(lm.model, lm.template_ids, results, gold, extract, extract_name, layers)
+            layer_curves[task] = layer_sweep(lm.model, lm.template_ids, results, gold, extract, extract_name, layers,
+                                             lm.fit_config)
             report["tasks"][task]["layer_sweep"] = layer_curves[task]
     (out / "leaderboard.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "leaderboard.md").write_text(render_markdown(report) + "\n" + render_diagnostics(report))

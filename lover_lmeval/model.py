@@ -37,7 +37,7 @@ class LoverLM(HFLM):
     (default: middle), true_template / false_template, verifier=PATH|fit, supervised_verifier=PATH,
     extract (answer extractor used by verifier=fit), bank=PATH (reuse/append decoded branches),
     extra_layers="3;6;9" (features of more layers kept on the result for layer sweeps),
-    feature_cache=DIR|none (with a bank: features per question and layer, so banked questions are not
+    fit_config="losses=...;curriculum=..." (VerifierConfig of the test-time fit), feature_cache=DIR|none (with a bank: features per question and layer, so banked questions are not
     re-run through the model; default: the lover-lmeval cache dir).
     The default verifier=fit fits a verifier label-free on the evaluated questions' own branches
     (test-time fit), so the LoVer rows never need a separate training step. `pretrained` may be omitted: the embedded
@@ -47,7 +47,7 @@ class LoverLM(HFLM):
     def __init__(self, pretrained=None, gguf_file=None, n_branches=10, decoding="cot", temperature=0.7,
                  top_p=0.95, seed=1234, layer=None, true_template=TRUE_TEMPLATE, false_template=FALSE_TEMPLATE,
                  verifier="fit", supervised_verifier=None, extract="number", bank=None, extra_layers=None,
-                 feature_cache="default", device=None, **kwargs):
+                 feature_cache="default", fit_config="", device=None, **kwargs):
         self.decoding = DecodingConfig(n_branches=int(n_branches), mode=str(decoding),
                                        temperature=float(temperature), top_p=float(top_p), seed=int(seed))
         self.gguf_sha256 = None
@@ -88,7 +88,9 @@ class LoverLM(HFLM):
             self.feature_cache = FeatureCache(where, salt=f"{self.model.dtype}/{self.device.type}")
         self.verifiers = {}
         self.fit_at_test_time = str(verifier) == "fit"
-        from .verifier import load_checkpoint
+        from .verifier import config_from_string, load_checkpoint
+
+        self.fit_config = config_from_string(fit_config or "")  # fails here, before decoding, on a bad value
 
         for name, path in (("lover", verifier), ("supervised", supervised_verifier)):
             if path not in (None, "", "None", "fit"):
@@ -174,7 +176,7 @@ class LoverLM(HFLM):
         if self.fit_at_test_time:
             from .training import fit_on_results
 
-            fit_on_results(results, extract=self.extract)
+            fit_on_results(results, extract=self.extract, config=self.fit_config)
         return results
 
     @torch.no_grad()

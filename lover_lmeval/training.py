@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .answers import get_extractor
-from .verifier import VerifierConfig, fit, save_checkpoint
+from .verifier import VerifierConfig, config_from_string, fit, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def plot_history(history: list[dict], path: Path) -> None:
 
 def train(model_args: str, task_name: str, split: str, limit: int | None, out: str | Path,
           include_path: str | None, supervised: bool = False, losses: str = "nega+intra+inter", seed: int = 0,
-          bank: str | None = None, apply_chat_template: bool = False, gen_kwargs: str = "") -> dict:
+          bank: str | None = None, apply_chat_template: bool = False, gen_kwargs: str = "", fit_config: str = "") -> dict:
     """Decode (through the bank), extract, fit and write checkpoint + report; returns the metadata."""
     from lm_eval.api.instance import Instance
     from lm_eval.tasks import TaskManager, get_task_dict
@@ -134,7 +134,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
             raise ValueError(f"--supervised needs gold answers, but split {split!r} of {task_name!r} has "
                              f"{sum(not g for g in gold)} empty targets (an unlabeled split); drop --supervised.")
         labels = gold_labels(answers, gold, mask.shape[1])
-    config = VerifierConfig(losses=losses, seed=seed)
+    config = config_from_string(";".join([f"losses={losses}", f"seed={seed}", fit_config]))
     result = fit(features, mask, groups, config, labels=labels)
     metadata = {**lm.identity, "decoding": {**vars(lm.decoding)}, "n_branches": lm.decoding.n_branches,
                 "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
@@ -159,6 +159,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--supervised", action="store_true", help="ceiling baseline: BCE on gold correctness")
     parser.add_argument("--losses", default="nega+intra+inter")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fit_config", default="", help="more VerifierConfig fields, ';'-separated, e.g. "
+                        "'curriculum=0.2;epochs=60' (losses and seed have their own options)")
     parser.add_argument("--bank", default=None, help="branch bank file (default: in the lover-lmeval cache dir)")
     parser.add_argument("--apply_chat_template", action="store_true")
     parser.add_argument("--gen_kwargs", default="", help="override the task's generation kwargs, e.g. max_gen_toks=128")
@@ -167,6 +169,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     logging.basicConfig(level=logging.INFO)
     metadata = train(args.model_args, args.task, args.split, args.limit, args.out, args.include_path,
-                     args.supervised, args.losses, args.seed, args.bank, args.apply_chat_template, args.gen_kwargs)
+                     args.supervised, args.losses, args.seed, args.bank, args.apply_chat_template, args.gen_kwargs,
+                     args.fit_config)
     print(json.dumps({"checkpoint": args.out, "final_losses": metadata["final_losses"]}, indent=2))
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -102,6 +102,25 @@ class VerifierConfig:
         if "supervised" in terms:
             raise ValueError("losses must only name unsupervised terms (nega, intra, inter, inter_raw, inter_logic); "
                              "supervised training is selected by passing labels to fit()")
+
+
+def config_from_string(text: str) -> VerifierConfig:
+    """``"losses=intra+inter;curriculum=0.2"`` -> VerifierConfig (``;``-separated, because lm-eval splits
+    ``--model_args`` on commas); each value is converted to the type of the field's default."""
+    defaults = asdict(VerifierConfig())
+    kwargs = {}
+    for item in filter(None, (part.strip() for part in str(text).split(";"))):
+        key, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or key not in defaults:
+            raise ValueError(f"fit config item {item!r} must be key=value with key one of {', '.join(defaults)}; "
+                             f"e.g. 'losses=nega+intra+inter_raw;curriculum=0.2'")
+        if key in kwargs:
+            raise ValueError(f"fit config sets {key} twice in {text!r}; give it once")
+        try:
+            kwargs[key] = type(defaults[key])(value)
+        except ValueError:
+            raise ValueError(f"fit config {key}={value!r}: expected {type(defaults[key]).__name__}") from None
+    return VerifierConfig(**kwargs)
 
 
 @torch.no_grad()

@@ -63,6 +63,9 @@ def test_extra_layers_ride_along_and_equal_features_recomputed_from_tokens(tiny_
         assert np.abs(a.features - b.features).max() < 1e-4
     with pytest.raises(ValueError, match="layer=7 is out of range"):
         LoverLM(pretrained=str(tiny_model_dir), extra_layers="7", verifier=None)
+    with pytest.raises(ValueError, match="curiculum=0.2"):  # a typo in the test-time fit's config, before decoding
+        LoverLM(pretrained=str(tiny_model_dir), fit_config="curiculum=0.2")
+    assert LoverLM(pretrained=str(tiny_model_dir), fit_config="curriculum=0.2;epochs=3").fit_config.epochs == 3
 
 
 def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_model_dir, tmp_path, monkeypatch):

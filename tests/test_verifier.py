@@ -8,7 +8,8 @@ import torch
 from safetensors import safe_open
 
 import lover_lmeval.verifier as V
-from lover_lmeval.verifier import FitResult, Verifier, VerifierConfig, fit, load_checkpoint, save_checkpoint
+from lover_lmeval.verifier import (FitResult, Verifier, VerifierConfig, config_from_string, fit, load_checkpoint,
+                                   save_checkpoint)
 
 DIM = 48
 
@@ -89,6 +90,17 @@ def test_config_validation(field, value, needle):
     with pytest.raises(ValueError, match=needle) as err:
         VerifierConfig(**{field: value})
     assert field in str(err.value)
+
+
+def test_config_from_string():
+    config = config_from_string(" losses=nega+intra+inter_raw ; curriculum=0.2;epochs=7;")
+    assert (config.losses, config.curriculum, config.epochs) == ("nega+intra+inter_raw", 0.2, 7)
+    assert config_from_string("") == VerifierConfig()
+    for bad, needle in [("curiculum=0.2", "key one of hidden, "), ("epochs", "key=value"),
+                        ("epochs=2.5", "epochs='2.5': expected int"), ("lr=1e-3;lr=2e-3", "lr twice"),
+                        ("curriculum=-1", "curriculum must be")]:
+        with pytest.raises(ValueError, match=needle):
+            config_from_string(bad)
 
 
 def test_forward_shapes():
