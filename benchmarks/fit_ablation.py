@@ -38,6 +38,8 @@ def main():
     p.add_argument("--bank", required=True)
     p.add_argument("--layers", default="", help="comma-separated feature layers (default: the middle one)")
     p.add_argument("--specs", default="|".join(SPECS), help="'|'-separated specs (see above)")
+    p.add_argument("--center-questions", action="store_true",
+                   help="experiment: subtract each question's mean x+ / x- feature (over its own branches) first")
     p.add_argument("--output", default=None)
     args = p.parse_args()
     os.environ.setdefault("LOVER_DATA_DIR", str(REPO.parent / "shared" / "data"))
@@ -83,12 +85,15 @@ def main():
     for layer in layers:
         for r, at_base in zip(results, base):
             r.features = at_base if layer == lm.layer else r.layer_features[layer]
+            if args.center_questions:  # label-free: only this question's own branches
+                r.features = r.features - r.features.mean(axis=0, keepdims=True)  # (N, 2, D)
         for spec in args.specs.split("|"):
             config = config_from_string(spec)
             t0 = time.perf_counter()
             fit_on_results(results, extract_name, config)  # label-free; scores the results in place
             diag = diagnose(results, gold, extract)
             row = {"layer": layer, "spec": spec, "fit_s": time.perf_counter() - t0, "auroc": diag["auroc_pooled"],
+                   "auroc_per_question": diag["auroc_per_question_mean"],
                    "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))),
                    **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
                       for s in ("lover_max", "lover_sum", "majority", "greedy")}}
