@@ -40,6 +40,8 @@ def main():
     p.add_argument("--specs", default="|".join(SPECS), help="'|'-separated specs (see above)")
     p.add_argument("--center-questions", action="store_true",
                    help="experiment: subtract each question's mean x+ / x- feature (over its own branches) first")
+    p.add_argument("--skip-unbanked", action="store_true",
+                   help="use the banked questions among the first --limit (e.g. while a bank is still growing)")
     p.add_argument("--output", default=None)
     args = p.parse_args()
     os.environ.setdefault("LOVER_DATA_DIR", str(REPO.parent / "shared" / "data"))
@@ -71,15 +73,27 @@ def main():
     gen_kwargs = dict(task.config.generation_kwargs)
     import lover_lmeval.model as model_module
 
+    class NotBanked(Exception):
+        pass
+
     def refuse(*a, **k):
-        raise SystemExit("a question is not in the bank (this script never decodes): check --bank/--limit/--split")
+        raise NotBanked
 
     model_module.decode_branches = refuse  # banked questions only: decoding 120 questions would take an hour
     t0 = time.perf_counter()
-    results = lm.generate_until([Instance("generate_until", {}, (c, gen_kwargs), i) for i, c in enumerate(contexts)],
-                                disable_tqdm=True)
+    results, kept = [], []
+    for i, context in enumerate(contexts):  # one at a time, so an unbanked question can be told apart
+        try:
+            results += lm.generate_until([Instance("generate_until", {}, (context, gen_kwargs), i)], disable_tqdm=True)
+            kept.append(i)
+        except NotBanked:
+            if not args.skip_unbanked:
+                raise SystemExit(f"question {i} of {args.split} is not in the bank (this script never decodes): "
+                                 "check --bank/--limit/--split, or pass --skip-unbanked") from None
     features_s = time.perf_counter() - t0
-    gold = [str(task.doc_to_target(d)).strip() for d in docs]
+    if len(kept) < len(docs):
+        print(f"{len(docs) - len(kept)} of the first {len(docs)} questions are not banked: using the other {len(kept)}")
+    gold = [str(task.doc_to_target(docs[i])).strip() for i in kept]
     rows = []
     base = [r.features for r in results]
     for layer in layers:
@@ -100,7 +114,7 @@ def main():
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.output or REPO / "benchmarks" / "results" / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
-    out.write_text(json.dumps({"args": vars(args), "layer": lm.layer, "features_s": features_s,
+    out.write_text(json.dumps({"args": vars(args), "layer": lm.layer, "features_s": features_s, "questions": kept,
                                "config": asdict(VerifierConfig()), "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}")
 
