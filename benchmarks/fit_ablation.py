@@ -53,6 +53,7 @@ def main():
     from lm_eval.tasks import TaskManager, get_task_dict
 
     from lover_lmeval.answers import get_extractor
+    from lover_lmeval.bank import NotInBank
     from lover_lmeval.diagnostics import diagnose
     from lover_lmeval.model import LoverLM
     from lover_lmeval.selection import select
@@ -61,8 +62,8 @@ def main():
 
     gguf = Path.home() / ".cache" / "lover-models" / f"{args.model}.gguf"
     layers = [int(x) for x in args.layers.split(",") if x.strip()]
-    lm = LoverLM(gguf_file=str(gguf), bank=args.bank, verifier=None, layer=layers[0] if layers else None,
-                 extra_layers=";".join(map(str, layers[1:])))
+    lm = LoverLM(gguf_file=str(gguf), bank=args.bank, bank_only=True, verifier=None,
+                 layer=layers[0] if layers else None, extra_layers=";".join(map(str, layers[1:])))
     layers = layers or [lm.layer]
     task = get_task_dict([args.task], TaskManager(include_path=str(REPO / "task_configs")))[args.task]
     extract_name = task_extractor(task)
@@ -71,22 +72,13 @@ def main():
     contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
                 for d in docs]
     gen_kwargs = dict(task.config.generation_kwargs)
-    import lover_lmeval.model as model_module
-
-    class NotBanked(Exception):
-        pass
-
-    def refuse(*a, **k):
-        raise NotBanked
-
-    model_module.decode_branches = refuse  # banked questions only: decoding 120 questions would take an hour
     t0 = time.perf_counter()
     results, kept = [], []
     for i, context in enumerate(contexts):  # one at a time, so an unbanked question can be told apart
         try:
             results += lm.generate_until([Instance("generate_until", {}, (context, gen_kwargs), i)], disable_tqdm=True)
             kept.append(i)
-        except NotBanked:
+        except NotInBank:
             if not args.skip_unbanked:
                 raise SystemExit(f"question {i} of {args.split} is not in the bank (this script never decodes): "
                                  "check --bank/--limit/--split, or pass --skip-unbanked") from None

@@ -26,6 +26,10 @@ from .decoding import Branch
 log = logging.getLogger(__name__)
 
 
+class NotInBank(LookupError):
+    """Raised by lover_hf with bank_only=true when a question has no record in its bank."""
+
+
 def record_key(model: str, prompt_ids: list[int], settings: dict) -> str:
     payload = json.dumps({"model": model, "prompt": prompt_ids, "settings": settings}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()

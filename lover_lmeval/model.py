@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from . import loading
 from .answers import get_extractor
-from .bank import BranchBank, FeatureCache, record_key
+from .bank import BranchBank, FeatureCache, NotInBank, record_key
 from .decoding import DecodingConfig, decode_branches
 from .features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer, features_from_tokens
 from .results import LoverResult
@@ -37,7 +37,8 @@ class LoverLM(HFLM):
     (default: middle), true_template / false_template, verifier=PATH|fit, supervised_verifier=PATH,
     extract (answer extractor used by verifier=fit), bank=PATH (reuse/append decoded branches),
     extra_layers="3;6;9" (features of more layers kept on the result for layer sweeps),
-    fit_config="losses=...;curriculum=..." (VerifierConfig of the test-time fit), feature_cache=DIR|none (with a bank: features per question and layer, so banked questions are not
+    fit_config="losses=...;curriculum=..." (VerifierConfig of the test-time fit), bank_only=true (never decode:
+    a question missing from the bank is an error), feature_cache=DIR|none (with a bank: features per question and layer, so banked questions are not
     re-run through the model; default: the lover-lmeval cache dir).
     The default verifier=fit fits a verifier label-free on the evaluated questions' own branches
     (test-time fit), so the LoVer rows never need a separate training step. `pretrained` may be omitted: the embedded
@@ -47,7 +48,7 @@ class LoverLM(HFLM):
     def __init__(self, pretrained=None, gguf_file=None, n_branches=10, decoding="cot", temperature=0.7,
                  top_p=0.95, seed=1234, layer=None, true_template=TRUE_TEMPLATE, false_template=FALSE_TEMPLATE,
                  verifier="fit", supervised_verifier=None, extract="number", bank=None, extra_layers=None,
-                 feature_cache="default", fit_config="", device=None, **kwargs):
+                 feature_cache="default", fit_config="", bank_only=False, device=None, **kwargs):
         self.decoding = DecodingConfig(n_branches=int(n_branches), mode=str(decoding),
                                        temperature=float(temperature), top_p=float(top_p), seed=int(seed))
         self.gguf_sha256 = None
@@ -82,6 +83,9 @@ class LoverLM(HFLM):
             "templates": list(self.templates),
         }
         self.bank = BranchBank(bank) if bank not in (None, "", "None") else None
+        self.bank_only = str(bank_only).lower() in ("true", "1", "yes")
+        if self.bank_only and self.bank is None:
+            raise ValueError("bank_only=true needs bank=PATH (the bank to read every question from)")
         self.feature_cache = None
         if self.bank is not None and str(feature_cache).lower() not in ("", "none", "false", "off"):
             where = loading.cache_dir() / "features" if feature_cache == "default" else feature_cache
@@ -128,6 +132,10 @@ class LoverLM(HFLM):
         features = [self.feature_cache.get(k, layers, self.template_ids) if self.feature_cache is not None and b else None
                     for k, b in zip(keys, branches)]
         todo = [i for i, b in enumerate(branches) if b is None]
+        if todo and self.bank_only:
+            raise NotInBank(f"{len(todo)} of {len(prompts)} questions are not in the bank {self.bank.path} "
+                            f"({len(self.bank)} records) and bank_only=true forbids decoding them; check the bank "
+                            "path, task, limit and generation settings, or drop bank_only to decode them.")
         if todo:
             pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
             decoded, caches = decode_branches(self.model, self.tokenizer, [prompts[i] for i in todo], self.decoding,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from lm_eval.api.instance import Instance
 
+from lover_lmeval.bank import NotInBank
 from lover_lmeval.features import features_from_tokens
 from lover_lmeval.model import LoverLM
 from lover_lmeval.results import LoverResult
@@ -89,6 +90,10 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
         np.testing.assert_array_equal(a.layer_features[1], b.layer_features[1])
     with pytest.raises(AssertionError, match="every feature is cached"):  # layer 3 was never cached
         LoverLM(extra_layers="3", **kwargs).generate_until([_request(contexts[0])], disable_tqdm=True)
+    with pytest.raises(NotInBank, match="1 of 1 questions are not in the bank"):
+        LoverLM(bank_only="true", **kwargs).generate_until([_request("Never decoded")], disable_tqdm=True)
+    with pytest.raises(ValueError, match="bank_only=true needs bank=PATH"):
+        LoverLM(pretrained=str(tiny_model_dir), bank_only=True)
     monkeypatch.setenv("LOVER_CACHE_DIR", str(tmp_path / "cache"))  # the default place, unless switched off
     del kwargs["feature_cache"]
     assert LoverLM(**kwargs).feature_cache.directory == tmp_path / "cache" / "features"
