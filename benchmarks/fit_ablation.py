@@ -53,7 +53,6 @@ def main():
     from lm_eval.tasks import TaskManager, get_task_dict
 
     from lover_lmeval.answers import get_extractor
-    from lover_lmeval.bank import NotInBank
     from lover_lmeval.diagnostics import diagnose
     from lover_lmeval.model import LoverLM
     from lover_lmeval.selection import select
@@ -73,15 +72,13 @@ def main():
                 for d in docs]
     gen_kwargs = dict(task.config.generation_kwargs)
     t0 = time.perf_counter()
-    results, kept = [], []
-    for i, context in enumerate(contexts):  # one at a time, so an unbanked question can be told apart
-        try:
-            results += lm.generate_until([Instance("generate_until", {}, (context, gen_kwargs), i)], disable_tqdm=True)
-            kept.append(i)
-        except NotInBank:
-            if not args.skip_unbanked:
-                raise SystemExit(f"question {i} of {args.split} is not in the bank (this script never decodes): "
-                                 "check --bank/--limit/--split, or pass --skip-unbanked") from None
+    banked = lm.in_bank(contexts, gen_kwargs)
+    if not all(banked) and not args.skip_unbanked:
+        raise SystemExit(f"{banked.count(False)} of the first {len(docs)} questions of {args.split} are not in the bank "
+                         "(this script never decodes): check --bank/--limit/--split, or pass --skip-unbanked")
+    kept = [i for i, b in enumerate(banked) if b]
+    results = lm.generate_until([Instance("generate_until", {}, (contexts[i], gen_kwargs), i) for i in kept],
+                                disable_tqdm=True)
     features_s = time.perf_counter() - t0
     if len(kept) < len(docs):
         print(f"{len(docs) - len(kept)} of the first {len(docs)} questions are not banked: using the other {len(kept)}")

@@ -114,8 +114,8 @@ class LoverLM(HFLM):
         ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
         return ids
 
-    def decode_requests(self, contexts: list[str], gen_kwargs: dict) -> list[LoverResult]:
-        """Decode (or take from the bank) and featurise a batch of contexts that share generation kwargs."""
+    def _keyed_prompts(self, contexts: list[str], gen_kwargs: dict):
+        """Prompt ids, bank record keys, stop strings and token budget of contexts sharing generation kwargs."""
         kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
@@ -127,6 +127,16 @@ class LoverLM(HFLM):
         prompts = [self._prompt_ids(c, max_ctx_len) for c in contexts]
         settings = {"decoding": asdict(self.decoding), "until": until, "max_gen_toks": max_gen_toks}
         keys = [record_key(self.identity["model"], p, settings) for p in prompts]
+        return prompts, keys, until, max_gen_toks
+
+    def in_bank(self, contexts: list[str], gen_kwargs: dict) -> list[bool]:
+        """Whether each context's branches are already in the bank (decoding would skip it)."""
+        _, keys, _, _ = self._keyed_prompts(contexts, gen_kwargs)
+        return [self.bank is not None and self.bank.get(k) is not None for k in keys]
+
+    def decode_requests(self, contexts: list[str], gen_kwargs: dict) -> list[LoverResult]:
+        """Decode (or take from the bank) and featurise a batch of contexts that share generation kwargs."""
+        prompts, keys, until, max_gen_toks = self._keyed_prompts(contexts, gen_kwargs)
         branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
         layers = [self.layer, *self.extra_layers]
         features = [self.feature_cache.get(k, layers, self.template_ids) if self.feature_cache is not None and b else None

@@ -103,7 +103,8 @@ def plot_history(history: list[dict], path: Path) -> None:
 
 def train(model_args: str, task_name: str, split: str, limit: int | None, out: str | Path,
           include_path: str | None, supervised: bool = False, losses: str = "nega+intra+inter", seed: int = 0,
-          bank: str | None = None, apply_chat_template: bool = False, gen_kwargs: str = "", fit_config: str = "") -> dict:
+          bank: str | None = None, apply_chat_template: bool = False, gen_kwargs: str = "", fit_config: str = "",
+          banked_only: bool = False) -> dict:
     """Decode (through the bank), extract, fit and write checkpoint + report; returns the metadata."""
     from lm_eval.api.instance import Instance
     from lm_eval.tasks import TaskManager, get_task_dict
@@ -123,6 +124,15 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     chat = lm.apply_chat_template if apply_chat_template else None
     contexts = [task.fewshot_context(d, 0, apply_chat_template=apply_chat_template, chat_template=chat) for d in docs]
     gen_kwargs = {**(task.config.generation_kwargs or {}), **simple_parse_args_string(gen_kwargs)}
+    if banked_only:  # train on what a (still growing) bank holds; the metadata names the questions used
+        keep = [i for i, banked in enumerate(lm.in_bank(contexts, gen_kwargs)) if banked]
+        if not keep:
+            raise ValueError(f"--banked_only: none of the first {len(docs)} questions of {split!r} is in the bank "
+                             f"{lm.bank.path}; decode some first (drop --banked_only).")
+        log.info("--banked_only: %d of the first %d questions are banked; training on those", len(keep), len(docs))
+        docs, contexts = [docs[i] for i in keep], [contexts[i] for i in keep]
+    else:
+        keep = list(range(len(docs)))
     # The documents (which hold the answers) are not handed to the model at all.
     requests = [Instance("generate_until", {}, (c, gen_kwargs), i) for i, c in enumerate(contexts)]
     results = lm.generate_until(requests)
@@ -138,7 +148,8 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     result = fit(features, mask, groups, config, labels=labels)
     metadata = {**lm.identity, "decoding": {**vars(lm.decoding)}, "n_branches": lm.decoding.n_branches,
                 "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
-                "n_questions": len(docs), "seed": seed, "supervised": supervised, "extract": extract,
+                "n_questions": len(docs), "question_indices": keep if banked_only else None, "seed": seed,
+                "supervised": supervised, "extract": extract,
                 "final_losses": result.final_losses}
     out = Path(out)
     save_checkpoint(out, result.verifier, metadata)
@@ -163,6 +174,8 @@ def add_arguments(parser) -> None:
                         "'curriculum=0.2;epochs=60' (losses and seed have their own options)")
     parser.add_argument("--bank", default=None, help="branch bank file (default: in the lover-lmeval cache dir)")
     parser.add_argument("--apply_chat_template", action="store_true")
+    parser.add_argument("--banked_only", action="store_true", help="train on the banked questions among the first "
+                        "--limit only (never decode), e.g. while the bank is still growing")
     parser.add_argument("--gen_kwargs", default="", help="override the task's generation kwargs, e.g. max_gen_toks=128")
 
 
@@ -170,6 +183,6 @@ def run(args) -> int:
     logging.basicConfig(level=logging.INFO)
     metadata = train(args.model_args, args.task, args.split, args.limit, args.out, args.include_path,
                      args.supervised, args.losses, args.seed, args.bank, args.apply_chat_template, args.gen_kwargs,
-                     args.fit_config)
+                     args.fit_config, args.banked_only)
     print(json.dumps({"checkpoint": args.out, "final_losses": metadata["final_losses"]}, indent=2))
     return 0

@@ -28,11 +28,11 @@ def _data_dir(root: Path, scramble: bool) -> Path:
     return root
 
 
-def _train(tmp_path, monkeypatch, tiny_model_dir, name, scramble=False, **kw):
+def _train(tmp_path, monkeypatch, tiny_model_dir, name, scramble=False, limit=4, **kw):
     monkeypatch.setenv("LOVER_DATA_DIR", str(_data_dir(tmp_path / f"data-{name}", scramble)))
     out = tmp_path / f"{name}.safetensors"
     kw.setdefault("bank", str(tmp_path / f"bank-{name}.jsonl.gz"))
-    metadata = train(f"pretrained={tiny_model_dir},n_branches=3", "lover_gsm8k", "train", 4, out,
+    metadata = train(f"pretrained={tiny_model_dir},n_branches=3", "lover_gsm8k", "train", limit, out,
                      str(REPO / "task_configs"), gen_kwargs="max_gen_toks=12", **kw)
     return out, metadata
 
@@ -62,6 +62,9 @@ def test_retraining_from_the_bank_decodes_nothing_and_checkpoints_refuse_other_l
     monkeypatch.setattr("lover_lmeval.model.decode_branches", no_decoding)
     again, _ = _train(tmp_path, monkeypatch, tiny_model_dir, "again", bank=bank, losses="nega+inter")
     assert json.loads(again.with_suffix(".json").read_text())["losses"] == "nega+inter"
+    # A bank still growing: --banked_only trains on the 4 banked of the first 6 questions, decoding none.
+    _, grown = _train(tmp_path, monkeypatch, tiny_model_dir, "grown", bank=bank, limit=6, banked_only=True)
+    assert grown["n_questions"] == 4 and grown["question_indices"] == [0, 1, 2, 3]
     verifier, stored = load_checkpoint(first, expect={k: meta[k] for k in ("model", "hidden_size", "layer", "templates")})
     with pytest.raises(ValueError, match=r"trained on layer=2, but this run uses layer=3"):
         load_checkpoint(first, expect={**{k: meta[k] for k in ("model", "hidden_size", "templates")}, "layer": 3})
