@@ -182,10 +182,15 @@ class LoverLM(HFLM):
         bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
                    desc=f"lover_hf: {self.decoding.n_branches} branches per question")
         for indices in groups.values():
+            gen_kwargs = requests[indices[0]].args[1]
+            banked = dict(zip(indices, self.in_bank([requests[i].args[0] for i in indices], gen_kwargs)))
             indices.sort(key=lambda i: -len(requests[i].args[0]))
-            for start in range(0, len(indices), batch_size):
-                chunk = indices[start: start + batch_size]
-                gen_kwargs = requests[chunk[0]].args[1]
+            # Banked and unbanked questions are batched apart, so a decoding batch holds only questions that need
+            # decoding and a grown bank leaves no half-empty batches (a 20-row step costs about a 50-row one on CPU).
+            chunks = [part[start: start + batch_size] for part in ([i for i in indices if banked[i]],
+                                                                   [i for i in indices if not banked[i]])
+                      for start in range(0, len(part), batch_size)]
+            for chunk in chunks:
                 for i, result in zip(chunk, self.decode_requests([requests[i].args[0] for i in chunk], gen_kwargs)):
                     results[i] = result
                     self.cache_hook.add_partial("generate_until", requests[i].args, result)

@@ -100,6 +100,26 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
     assert LoverLM(**kwargs, feature_cache="none").feature_cache is None
 
 
+def test_unbanked_questions_fill_whole_decoding_batches(tiny_model_dir, tmp_path, monkeypatch):
+    """With one of three questions banked and batch_size=2, the two others are decoded in one batch of 2, not in
+    two half-empty batches (which is what longest-prompt-first order alone gives here)."""
+    import lover_lmeval.model as model_module
+
+    kwargs = dict(pretrained=str(tiny_model_dir), n_branches=2, batch_size=2, verifier=None,
+                  bank=str(tmp_path / "bank.jsonl.gz"), feature_cache="none")
+    contexts = ["Question: a long question about apples and pears?\nAnswer:", "Q: medium one?\nA:", "Q: x?"]
+    LoverLM(**kwargs).generate_until([_request(contexts[1])], disable_tqdm=True)
+    sizes, real_decode = [], model_module.decode_branches
+
+    def counting(model, tokenizer, prompts, *args):
+        sizes.append(len(prompts))
+        return real_decode(model, tokenizer, prompts, *args)
+
+    monkeypatch.setattr(model_module, "decode_branches", counting)
+    results = LoverLM(**kwargs).generate_until([_request(c) for c in contexts], disable_tqdm=True)
+    assert sizes == [2] and all(len(r.branches) == 2 for r in results)
+
+
 def test_prompt_longer_than_context_is_left_truncated_with_a_warning(tiny_model_dir, caplog):
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, max_length=40, verifier=None)
     with caplog.at_level(logging.WARNING):
