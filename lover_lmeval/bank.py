@@ -80,7 +80,8 @@ class FeatureCache:
     Recomputing banked branches' features costs ~1/3 of decoding them (one pass over every branch's
     tokens), so every experiment from a bank would re-pay it. A file holds the (N, T, D) float32 features of
     one (bank record, layer, templates) triple: keyed by all three and by `salt` (dtype and device type: fp16
-    GPU features differ from fp32 CPU ones), so another layer or template never reads a stale file. Files are written atomically (rename), so an interrupted run leaves no torn file.
+    GPU features differ from fp32 CPU ones), so another layer or template never reads a stale file. Files
+    are written atomically (rename), so an interrupted run leaves no torn file.
     """
 
     def __init__(self, directory: str | Path, salt: str = ""):

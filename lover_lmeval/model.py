@@ -37,9 +37,9 @@ class LoverLM(HFLM):
     (default: middle), true_template / false_template, verifier=PATH|fit, supervised_verifier=PATH,
     extract (answer extractor used by verifier=fit), bank=PATH (reuse/append decoded branches),
     extra_layers="3;6;9" (features of more layers kept on the result for layer sweeps),
-    fit_config="losses=...;curriculum=..." (VerifierConfig of the test-time fit), bank_only=true (never decode:
-    a question missing from the bank is an error), feature_cache=DIR|none (with a bank: features per question and layer, so banked questions are not
-    re-run through the model; default: the lover-lmeval cache dir).
+    fit_config="losses=...;curriculum=..." (VerifierConfig of the test-time fit), bank_only=true (never
+    decode: a question missing from the bank is an error), feature_cache=DIR|none (with a bank: features per
+    question and layer, so banked questions are not re-run through the model; default: the lover-lmeval cache dir).
     The default verifier=fit fits a verifier label-free on the evaluated questions' own branches
     (test-time fit), so the LoVer rows never need a separate training step. `pretrained` may be omitted: the embedded
     SmolLM2-135M-Instruct is used. `gguf_file` is converted once to a cached HF folder.
@@ -131,16 +131,19 @@ class LoverLM(HFLM):
 
     def in_bank(self, contexts: list[str], gen_kwargs: dict) -> list[bool]:
         """Whether each context's branches are already in the bank (decoding would skip it)."""
+        if self.bank is None:  # nothing to look up: skip tokenizing every prompt
+            return [False] * len(contexts)
         _, keys, _, _ = self._keyed_prompts(contexts, gen_kwargs)
-        return [self.bank is not None and self.bank.get(k) is not None for k in keys]
+        return [self.bank.get(k) is not None for k in keys]
 
     def decode_requests(self, contexts: list[str], gen_kwargs: dict) -> list[LoverResult]:
         """Decode (or take from the bank) and featurise a batch of contexts that share generation kwargs."""
         prompts, keys, until, max_gen_toks = self._keyed_prompts(contexts, gen_kwargs)
         branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
         layers = [self.layer, *self.extra_layers]
-        features = [self.feature_cache.get(k, layers, self.template_ids) if self.feature_cache is not None and b else None
-                    for k, b in zip(keys, branches)]
+        features = [self.feature_cache.get(k, layers, self.template_ids)
+                    if self.feature_cache is not None and b is not None else None for k, b in zip(keys, branches)]
+        computed = [f is None for f in features]  # these go into the feature cache once computed
         todo = [i for i, b in enumerate(branches) if b is None]
         if todo and self.bank_only:
             raise NotInBank(f"{len(todo)} of {len(prompts)} questions are not in the bank {self.bank.path} "
@@ -155,14 +158,12 @@ class LoverLM(HFLM):
                 features[i] = assertion_features(self.model, q_branches, q_caches, self.template_ids, layers)
                 if self.bank is not None:
                     self.bank.add(keys[i], q_branches, prompt_ids=prompts[i])
-                if self.feature_cache is not None:
-                    self.feature_cache.put(keys[i], layers, self.template_ids, features[i])
         results = []
         for i, q_branches in enumerate(branches):
             if features[i] is None:  # from the bank: no KV cache, one prefill per question
                 features[i] = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, layers)
-                if self.feature_cache is not None:
-                    self.feature_cache.put(keys[i], layers, self.template_ids, features[i])
+            if self.feature_cache is not None and computed[i]:
+                self.feature_cache.put(keys[i], layers, self.template_ids, features[i])
             at_layer = features[i][:, :, 0]  # (N, 2, L, D) -> (N, 2, D) at self.layer
             probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
             more = {layer: features[i][:, :, k].numpy() for k, layer in enumerate(layers) if k}

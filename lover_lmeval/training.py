@@ -124,6 +124,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     chat = lm.apply_chat_template if apply_chat_template else None
     contexts = [task.fewshot_context(d, 0, apply_chat_template=apply_chat_template, chat_template=chat) for d in docs]
     gen_kwargs = {**(task.config.generation_kwargs or {}), **simple_parse_args_string(gen_kwargs)}
+    keep = None  # question indices, when only the banked ones are used
     if banked_only:  # train on what a (still growing) bank holds; the metadata names the questions used
         keep = [i for i, banked in enumerate(lm.in_bank(contexts, gen_kwargs)) if banked]
         if not keep:
@@ -131,8 +132,6 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
                              f"{lm.bank.path}; decode some first (drop --banked_only).")
         log.info("--banked_only: %d of the first %d questions are banked; training on those", len(keep), len(docs))
         docs, contexts = [docs[i] for i in keep], [contexts[i] for i in keep]
-    else:
-        keep = list(range(len(docs)))
     # The documents (which hold the answers) are not handed to the model at all.
     requests = [Instance("generate_until", {}, (c, gen_kwargs), i) for i, c in enumerate(contexts)]
     results = lm.generate_until(requests)
@@ -148,7 +147,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     result = fit(features, mask, groups, config, labels=labels)
     metadata = {**lm.identity, "decoding": {**vars(lm.decoding)}, "n_branches": lm.decoding.n_branches,
                 "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
-                "n_questions": len(docs), "question_indices": keep if banked_only else None, "seed": seed,
+                "n_questions": len(docs), "question_indices": keep, "seed": seed,
                 "supervised": supervised, "extract": extract,
                 "final_losses": result.final_losses}
     out = Path(out)

@@ -163,33 +163,26 @@ def ref_rep_probs(pp, m, g, index):
     return out
 
 
+def ref_over_questions(rep_probs, per_question):
+    """Mean of `per_question(representative probs)` over the questions that have any."""
+    return ref_mean([None if ps is None else per_question(ps) for ps in rep_probs])
+
+
 def ref_inter(rep_probs):
-    per_q = []
-    for ps in rep_probs:
-        if ps is None:
-            per_q.append(None)
-            continue
+    def one(ps):
         s = sum(ps)
-        per_q.append((s - 1) ** 2 - sum(p / s * math.log(p / s) for p in ps if p > 0))
-    return ref_mean(per_q)
+        return (s - 1) ** 2 - sum(p / s * math.log(p / s) for p in ps if p > 0)
+    return ref_over_questions(rep_probs, one)
 
 
 def ref_inter_raw(rep_probs):
-    per_q = []
-    for ps in rep_probs:
-        if ps is None:
-            per_q.append(None)
-            continue
-        per_q.append((sum(ps) - 1) ** 2 - sum(p * math.log2(p) for p in ps if p > 0) / len(ps))
-    return ref_mean(per_q)
+    def one(ps):
+        return (sum(ps) - 1) ** 2 - sum(p * math.log2(p) for p in ps if p > 0) / len(ps)
+    return ref_over_questions(rep_probs, one)
 
 
 def ref_inter_logic(rep_probs):
-    per_q = []
-    for ps in rep_probs:
-        if ps is None:
-            per_q.append(None)
-            continue
+    def one(ps):
         p_one = 0.0
         for k, pk in enumerate(ps):
             prod = pk
@@ -197,8 +190,8 @@ def ref_inter_logic(rep_probs):
                 if j != k:
                     prod *= 1 - pj
             p_one += prod
-        per_q.append(-math.log(p_one + L.EPS))
-    return ref_mean(per_q)
+        return -math.log(p_one + L.EPS)
+    return ref_over_questions(rep_probs, one)
 
 
 def ref_supervised(pp, pn, m, y):
