@@ -30,9 +30,10 @@ class LoverResult(str):
     layer: int | None
     prompt_ids: list[int] | None  # the prompt's token ids, so features can be recomputed at any layer later
     layer_features: dict[int, np.ndarray]  # more layers' (N, 2, D) features (lover_hf extra_layers=)
+    fit_extract: str | None  # extractor that grouped the answers of the test-time fit ("lover" scores)
 
     def __new__(cls, branches: list[Branch], features=None, verifier_probs=None, layer=None, prompt_ids=None,
-                layer_features=None):
+                layer_features=None, fit_extract=None):
         if not branches:
             raise ValueError("a LoverResult needs at least one branch")
         self = super().__new__(cls, branches[0].text)
@@ -44,6 +45,7 @@ class LoverResult(str):
         self.layer = layer
         self.prompt_ids = None if prompt_ids is None else list(prompt_ids)
         self.layer_features = {int(k): np.asarray(v, dtype=np.float32) for k, v in (layer_features or {}).items()}
+        self.fit_extract = fit_extract
         return self
 
     @property
@@ -78,5 +80,5 @@ class LoverResult(str):
     def __reduce__(self):
         state = {"branches": self.branches, "features": self.features,
                  "verifier_probs": self.verifier_probs, "layer": self.layer, "prompt_ids": self.prompt_ids,
-                 "layer_features": self.layer_features}
+                 "layer_features": self.layer_features, "fit_extract": self.fit_extract}
         return _rebuild, (state,)

@@ -99,6 +99,18 @@ class LoverSelect(Filter):
         answer = self.extract(str(doc[self.gold]))
         return answer.value if answer is not None else str(doc[self.gold]).strip()
 
+    def check_fit_extractor(self, resps) -> None:
+        """The test-time fit must have grouped answers as this filter does, or its scores mean nothing here."""
+        if not (self.strategy.startswith("lover_") and self.verifier == "lover"):
+            return
+        used = {getattr(r, "fit_extract", None) for rs in resps for r in rs} - {None}
+        if used - {self.extract_name}:
+            raise ValueError(
+                f"lover_hf fitted its test-time verifier with extract={sorted(used)[0]}, but this task's lover_select "
+                f"filters extract {self.extract_name}: pass extract={self.extract_name} in --model_args, and run "
+                "tasks with different extractors in separate lm_eval calls (`lover compare` sets it per task).")
+
     def apply(self, resps, docs):
+        self.check_fit_extractor(resps)
         return [[select(r, self.strategy, self.extract, self._gold(doc), self.verifier) for r in rs]
                 for rs, doc in zip(resps, docs)]

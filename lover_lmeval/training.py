@@ -59,11 +59,34 @@ def store_scores(results, verifier, features: torch.Tensor, name: str) -> None:
         result.verifier_probs[name] = torch.stack([p_pos[q, :n], p_neg[q, :n]], dim=-1).numpy()  # (N, 2)
 
 
+def one_sided(scores: np.ndarray, edge: float = 0.05, share: float = 0.95) -> str | None:
+    """'false' / 'true' when at least `share` of the branch scores lie within `edge` of 0 / of 1, else None.
+
+    A label-free sign of a degenerate fit: with every branch called false (or true), which answer wins is decided by
+    differences deep in the sigmoid's tail, not by a learnt notion of correctness (benchmarks/RESULTS.md).
+    """
+    if scores.size == 0:
+        return None
+    if (scores < edge).mean() >= share:
+        return "false"
+    if (scores > 1 - edge).mean() >= share:
+        return "true"
+    return None
+
+
 def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
     """Test-time fit: train label-free on these results' own branches, then score them in place."""
     features, mask, groups, _ = batch_results(results, extract)
     verifier = fit(features, mask, groups, config or VerifierConfig()).verifier
     store_scores(results, verifier, features, "lover")
+    for result in results:  # lover_select checks it against the task's own extractor
+        result.fit_extract = extract
+    corner = one_sided(np.concatenate([r.scores("lover") for r in results]))
+    if corner is not None:
+        log.warning("the test-time fit on %d questions called almost every branch %s (>= 95%% of scores within "
+                    "0.05 of %d): LoVer's pick among the answers is then close to arbitrary; compare it with "
+                    "majority voting before trusting it (lover compare), or use a verifier trained with "
+                    "`lover train`.", len(results), corner, corner == "true")
     return verifier
 
 

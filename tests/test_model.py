@@ -25,8 +25,9 @@ class LabelTrap(dict):
     get = keys = items = values = __iter__ = __getitem__
 
 
-def _request(context, max_gen_toks=6, until=("\n\n",)):
-    return Instance("generate_until", LabelTrap(answer="42"), (context, {"until": list(until), "max_gen_toks": max_gen_toks}), 0)
+def _request(context, max_gen_toks=6, until=("\n\n",), task="task_a"):
+    return Instance("generate_until", LabelTrap(answer="42"), (context, {"until": list(until), "max_gen_toks": max_gen_toks}),
+                    0, metadata=(task, 0, 1))
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +175,20 @@ def test_gguf_is_converted_once_and_identified_by_its_sha256(smollm2_dir):
     sha = sha256_file(default_gguf())
     assert json.loads((smollm2_dir / "lover_source.json").read_text())["sha256"] == sha
     assert model_identity(str(smollm2_dir), None, None) == f"gguf-sha256:{sha}"
+
+
+def test_test_time_fit_runs_once_per_task(tiny_model_dir, monkeypatch):
+    """Two tasks in one run: each is fitted on its own questions, exactly as a run of that task alone."""
+    from lover_lmeval import training
+
+    fitted = []
+    real_fit = training.fit_on_results
+    monkeypatch.setattr(training, "fit_on_results", lambda results, **kw: fitted.append(len(results)) or real_fit(results, **kw))
+    lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, batch_size=4, fit_config="epochs=1;restarts=1")
+    requests = [_request(c, task=t) for c, t in [("Q: 1+1?", "task_a"), ("Q: 2+2?", "task_b"), ("Q: 3+3?", "task_a")]]
+    results = lm.generate_until(requests, disable_tqdm=True)
+    assert sorted(fitted) == [1, 2]
+    assert all("lover" in r.verifier_probs and r.fit_extract == "number" for r in results)
+    alone = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, batch_size=4, fit_config="epochs=1;restarts=1")
+    (solo,) = alone.generate_until([requests[1]], disable_tqdm=True)
+    np.testing.assert_allclose(solo.verifier_probs["lover"], results[1].verifier_probs["lover"], atol=1e-6)

@@ -88,3 +88,13 @@ def test_errors_name_the_bad_value_and_the_fix():
     with pytest.raises(ValueError, match="needs lover_hf results"):
         LoverSelect(strategy="cot_sum").apply([["The answer is 3."]], [{}])
     assert LoverSelect(strategy="majority").apply([["The answer is 3."]], [{}]) == [["3"]]
+
+
+def test_scores_fit_with_another_extractor_are_refused_with_the_fix():
+    result = _result(TEXTS, [0.1, 0.5, 0.6, 0.99, 0.8])
+    result.fit_extract = "number"  # as lover_hf's test-time fit with its default extract=number
+    assert LoverSelect(strategy="lover_sum", extract="number").apply([[result]], [{}]) == [["8"]]
+    with pytest.raises(ValueError, match="extract=number.*filters extract yes_no.*pass extract=yes_no"):
+        LoverSelect(strategy="lover_sum", extract="yes_no").apply([[result]], [{}])
+    # strategies that do not read the test-time fit's scores are unaffected
+    assert LoverSelect(strategy="majority", extract="yes_no").apply([[result]], [{}]) == [[""]]

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lover_lmeval import decoding
@@ -69,3 +70,12 @@ def test_retraining_from_the_bank_decodes_nothing_and_checkpoints_refuse_other_l
     with pytest.raises(ValueError, match=r"trained on layer=2, but this run uses layer=3"):
         load_checkpoint(first, expect={**{k: meta[k] for k in ("model", "hidden_size", "templates")}, "layer": 3})
     assert decoding.DecodingConfig(**stored["decoding"]).n_branches == 3
+
+
+def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
+    from lover_lmeval.training import one_sided
+
+    assert one_sided(np.array([0.002, 0.016, 0.01, 0.0])) == "false"  # GSM8K test-time fit, run 3 (mean 0.002-0.016)
+    assert one_sided(np.array([0.99, 0.97, 1.0])) == "true"
+    assert one_sided(np.array([0.01] * 9 + [0.5])) is None  # 90% < 95%: some branches still called true-ish
+    assert one_sided(np.array([])) is None
