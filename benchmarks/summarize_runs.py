@@ -14,9 +14,6 @@ import argparse
 import json
 from pathlib import Path
 
-ROW_ORDER = ("greedy", "majority", "cot_max", "cot_sum", "lover_max", "lover_sum", "trained_max", "trained_sum",
-             "trained_authors_max", "trained_authors_sum", "gsm8k_max", "gsm8k_sum", "gsm8k_authors_max",
-             "gsm8k_authors_sum", "supervised_cv_max", "supervised_cv_sum", "pass_at_n")
 
 
 def load(folders: list[Path]) -> dict[str, dict]:
@@ -35,7 +32,9 @@ def load(folders: list[Path]) -> dict[str, dict]:
 
 def render(tasks: dict[str, dict]) -> str:
     names = list(tasks)
-    present = [r for r in ROW_ORDER if any(r in t["rows"] for t in tasks.values())]
+    # Rows in the order the leaderboards list them (every verifier a run scored), the pass@N oracle last.
+    present = list(dict.fromkeys(row for t in tasks.values() for row in t["rows"] if row != "pass_at_n"))
+    present += ["pass_at_n"] if any("pass_at_n" in t["rows"] for t in tasks.values()) else []
     short = [n.removeprefix("lover_").removeprefix("bbh_") for n in names]
     lines = ["| strategy | " + " | ".join(short) + " | mean |", "|---" * (len(names) + 2) + "|"]
     for row in present:

@@ -198,15 +198,16 @@ class LoverLM(HFLM):
                 bar.update(len(chunk))
         bar.close()
         if self.fit_at_test_time:
-            from .training import fit_on_results
+            from .training import fit_on_results, warn_if_one_sided
 
             # One fit per task: the inter-group constraint compares answers to the same kind of question, and
             # a run of several tasks must score each exactly as a run of that task alone would.
             by_task = defaultdict(list)
             for request, result in zip(requests, results):
                 by_task[getattr(request, "task_name", None)].append(result)
-            for task_results in by_task.values():
+            for task, task_results in by_task.items():
                 fit_on_results(task_results, extract=self.extract, config=self.fit_config)
+                warn_if_one_sided(task_results, task)
         return results
 
     @torch.no_grad()

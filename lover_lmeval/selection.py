@@ -104,9 +104,10 @@ class LoverSelect(Filter):
         if not (self.strategy.startswith("lover_") and self.verifier == "lover"):
             return
         used = {getattr(r, "fit_extract", None) for rs in resps for r in rs} - {None}
-        if used - {self.extract_name}:
+        wrong = sorted(used - {self.extract_name})
+        if wrong:
             raise ValueError(
-                f"lover_hf fitted its test-time verifier with extract={sorted(used)[0]}, but this task's lover_select "
+                f"lover_hf fitted its test-time verifier with extract={wrong[0]}, but this task's lover_select "
                 f"filters extract {self.extract_name}: pass extract={self.extract_name} in --model_args, and run "
                 "tasks with different extractors in separate lm_eval calls (`lover compare` sets it per task).")
 

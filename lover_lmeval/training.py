@@ -81,13 +81,17 @@ def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
     store_scores(results, verifier, features, "lover")
     for result in results:  # lover_select checks it against the task's own extractor
         result.fit_extract = extract
+    return verifier
+
+
+def warn_if_one_sided(results, task: str | None) -> None:
+    """Log a warning when the test-time fit of a task called (almost) every branch false or true."""
     corner = one_sided(np.concatenate([r.scores("lover") for r in results]))
     if corner is not None:
-        log.warning("the test-time fit on %d questions called almost every branch %s (>= 95%% of scores within "
-                    "0.05 of %d): LoVer's pick among the answers is then close to arbitrary; compare it with "
+        log.warning("the test-time fit on %d questions of %s called almost every branch %s (>= 95%% of scores "
+                    "within 0.05 of %d): LoVer's pick among the answers is then close to arbitrary; compare it with "
                     "majority voting before trusting it (lover compare), or use a verifier trained with "
-                    "`lover train`.", len(results), corner, corner == "true")
-    return verifier
+                    "`lover train`.", len(results), task or "this run", corner, corner == "true")
 
 
 def task_extractor(task) -> str:
