@@ -6,6 +6,7 @@
 #
 #   GGUF=$(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1) bash benchmarks/paper_runs.sh
 #   STEPS="gsm8k_train gsm8k_test" GSM8K_TEST=1319 bash benchmarks/paper_runs.sh
+#   TRAIN=0 STEPS=igsm IGSM_OPS="2 4 8" TEST=20 BATCH=8 bash benchmarks/paper_runs.sh   # CPU: score committed checkpoints
 #
 # Steps (in the order given by $STEPS):
 #   gsm8k_train  verifiers trained label-free on the first $TRAIN GSM8K training questions: the paper's losses
@@ -21,11 +22,12 @@ cd "$(dirname "$0")/.."
 GGUF=${GGUF:?set GGUF to the model file, e.g. GGUF=\$(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1)}
 NAME=${NAME:-$(basename "$GGUF" .gguf)}
 BATCH=${BATCH:-32}
-TRAIN=${TRAIN:-200}
+TRAIN=${TRAIN:-200}  # 0: train nothing, score the checkpoints already under $CKPTS (CPU runs)
 GSM8K_TEST=${GSM8K_TEST:-400}
 TEST=${TEST:-}  # limit for the other test sets (empty: the whole split)
 DECODING_TEST=${DECODING_TEST:-100}
 LAYERS=${LAYERS:-3,6,9,12,15,18,21}
+IGSM_OPS=${IGSM_OPS:-"2 4 8 16"}  # iGSM max_op test sets of the igsm step
 BBH_TASKS=${BBH_TASKS:-"boolean_expressions causal_judgement multistep_arithmetic_two navigate object_counting web_of_lies"}
 STEPS=${STEPS:-"gsm8k_train gsm8k_test bbh_ood hotpotqa mmlu_pro igsm decoding"}
 BANKS=${BANKS:-benchmarks/banks/$NAME}
@@ -43,6 +45,7 @@ say() { echo "[paper_runs] $(date -u +%H:%M:%S) $*"; }
 train() {  # task split bank out [more lover-train args]
   local task=$1 split=$2 bank=$3 out=$4
   shift 4
+  [ "$TRAIN" = 0 ] && { say "TRAIN=0: not training $out"; return 0; }
   say "train $task/$split -> $out"
   $LOVER train --model_args "$ARGS" --task "$task" --split "$split" --limit "$TRAIN" --apply_chat_template \
     --bank "$BANKS/$bank" --out "$CKPTS/$out" "$@"
@@ -88,7 +91,7 @@ for step in $STEPS; do
         $(verifiers trained=$CKPTS/mmlu_pro-train.safetensors gsm8k=$CKPTS/gsm8k-train.safetensors) ;;
     igsm)
       train lover_igsm_op8 train lover_igsm-train.jsonl.gz igsm-train.safetensors
-      compare lover_igsm_op2,lover_igsm_op4,lover_igsm_op8,lover_igsm_op16 lover_igsm-test.jsonl.gz igsm "${limit[@]}" \
+      compare "$(printf 'lover_igsm_op%s,' $IGSM_OPS | sed 's/,$//')" lover_igsm-test.jsonl.gz igsm "${limit[@]}" \
         $(verifiers trained=$CKPTS/igsm-train.safetensors gsm8k=$CKPTS/gsm8k-train.safetensors) ;;
     decoding)
       for mode in sample beam; do
