@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 
 
-
 def load(folders: list[Path]) -> dict[str, dict]:
     """Task name -> its report entry, from every leaderboard.json below the folders."""
     tasks = {}
