@@ -16,7 +16,7 @@
 #   hotpotqa     verifier trained on $TRAIN unlabeled yes/no-like questions; the 458 yes/no dev questions
 #   mmlu_pro     verifier trained on $TRAIN questions of the ten other categories; the four test categories
 #   igsm         verifier trained on $TRAIN iGSM max_op 8 training problems; test max_op 2/4/8/16
-#   decoding     the first $DECODING_TEST GSM8K test questions with `sample` and `beam` branches (cot is gsm8k_test)
+#   decoding     the first $DECODING_TEST GSM8K test questions with $DECODING_MODES branches (cot is gsm8k_test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GGUF=${GGUF:?set GGUF to the model file, e.g. GGUF=\$(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1)}
@@ -26,6 +26,7 @@ TRAIN=${TRAIN:-200}  # 0: train nothing, score the checkpoints already under $CK
 GSM8K_TEST=${GSM8K_TEST:-400}
 TEST=${TEST:-}  # limit for the other test sets (empty: the whole split)
 DECODING_TEST=${DECODING_TEST:-100}
+DECODING_MODES=${DECODING_MODES:-"sample beam"}  # decoding modes of the decoding step
 LAYERS=${LAYERS:-3,6,9,12,15,18,21}
 IGSM_OPS=${IGSM_OPS:-"2 4 8 16"}  # iGSM max_op test sets of the igsm step
 BBH_TASKS=${BBH_TASKS:-"boolean_expressions causal_judgement multistep_arithmetic_two navigate object_counting web_of_lies"}
@@ -94,7 +95,7 @@ for step in $STEPS; do
       compare "$(printf 'lover_igsm_op%s,' $IGSM_OPS | sed 's/,$//')" lover_igsm-test.jsonl.gz igsm "${limit[@]}" \
         $(verifiers trained=$CKPTS/igsm-train.safetensors gsm8k=$CKPTS/gsm8k-train.safetensors) ;;
     decoding)
-      for mode in sample beam; do
+      for mode in $DECODING_MODES; do
         ARGS="$ARGS,decoding=$mode" compare lover_gsm8k "lover_gsm8k-test-$mode.jsonl.gz" "decoding_$mode" \
           --limit "$DECODING_TEST" $(verifiers trained=$CKPTS/gsm8k-train.safetensors)
       done ;;

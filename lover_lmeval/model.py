@@ -138,7 +138,11 @@ class LoverLM(HFLM):
 
     def decode_requests(self, contexts: list[str], gen_kwargs: dict) -> list[LoverResult]:
         """Decode (or take from the bank) and featurise a batch of contexts that share generation kwargs."""
-        prompts, keys, until, max_gen_toks = self._keyed_prompts(contexts, gen_kwargs)
+        return self._decode_keyed(*self._keyed_prompts(contexts, gen_kwargs))
+
+    def _decode_keyed(self, prompts: list[list[int]], keys: list[str], until: list[str],
+                      max_gen_toks: int) -> list[LoverResult]:
+        """`decode_requests` on prompts already tokenized and keyed by `_keyed_prompts`."""
         branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
         layers = [self.layer, *self.extra_layers]
         features = [self.feature_cache.get(k, layers, self.template_ids)
@@ -184,7 +188,11 @@ class LoverLM(HFLM):
                    desc=f"lover_hf: {self.decoding.n_branches} branches per question")
         for indices in groups.values():
             gen_kwargs = requests[indices[0]].args[1]
-            banked = dict(zip(indices, self.in_bank([requests[i].args[0] for i in indices], gen_kwargs)))
+            # Tokenized and keyed once per group: the bank lookup and the decoding batches share the result.
+            prompts, keys, until, max_gen_toks = self._keyed_prompts([requests[i].args[0] for i in indices],
+                                                                     gen_kwargs)
+            position = {index: k for k, index in enumerate(indices)}
+            banked = {i: self.bank is not None and self.bank.get(keys[position[i]]) is not None for i in indices}
             indices.sort(key=lambda i: -len(requests[i].args[0]))
             # Banked and unbanked questions are batched apart, so a decoding batch holds only questions that need
             # decoding and a grown bank leaves no half-empty batches (a 20-row step costs about a 50-row one on CPU).
@@ -192,7 +200,9 @@ class LoverLM(HFLM):
                                                                    [i for i in indices if not banked[i]])
                       for start in range(0, len(part), batch_size)]
             for chunk in chunks:
-                for i, result in zip(chunk, self.decode_requests([requests[i].args[0] for i in chunk], gen_kwargs)):
+                at = [position[i] for i in chunk]
+                decoded = self._decode_keyed([prompts[k] for k in at], [keys[k] for k in at], until, max_gen_toks)
+                for i, result in zip(chunk, decoded):
                     results[i] = result
                     self.cache_hook.add_partial("generate_until", requests[i].args, result)
                 bar.update(len(chunk))

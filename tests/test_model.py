@@ -117,8 +117,12 @@ def test_unbanked_questions_fill_whole_decoding_batches(tiny_model_dir, tmp_path
         return real_decode(model, tokenizer, prompts, *args)
 
     monkeypatch.setattr(model_module, "decode_branches", counting)
-    results = LoverLM(**kwargs).generate_until([_request(c) for c in contexts], disable_tqdm=True)
+    lm = LoverLM(**kwargs)
+    encoded, real_encode = [], lm.tok_encode
+    monkeypatch.setattr(lm, "tok_encode", lambda text, **kw: encoded.append(text) or real_encode(text, **kw))
+    results = lm.generate_until([_request(c) for c in contexts], disable_tqdm=True)
     assert sizes == [2] and all(len(r.branches) == 2 for r in results)
+    assert sorted(encoded) == sorted(contexts), "each prompt is tokenized once, for the bank lookup and decoding"
 
 
 def test_prompt_longer_than_context_is_left_truncated_with_a_warning(tiny_model_dir, caplog):
