@@ -29,6 +29,24 @@ SPECS = tuple(f"losses={spec}" for spec in ("nega+intra+inter", "intra+inter", "
     "curriculum=0.2", "losses=nega+intra+inter_raw;curriculum=0.2")
 
 
+def vote_correlation(results, extract) -> float:
+    """Label-free: Spearman correlation, over all branches, of the LoVer score with the share of the question's
+    branches that give the same answer (0 for a branch without an answer)."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from lover_lmeval.selection import group_answers
+
+    shares, scores = [], []
+    for r in results:
+        share = np.zeros(len(r.branches))
+        for members in group_answers([extract(t) for t in r.texts]).values():
+            share[members] = len(members) / len(r.branches)
+        shares.append(share)
+        scores.append(r.scores())
+    return float(spearmanr(np.concatenate(scores), np.concatenate(shares)).statistic)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
@@ -40,6 +58,9 @@ def main():
     p.add_argument("--specs", default="|".join(SPECS), help="'|'-separated specs (see above)")
     p.add_argument("--center-questions", action="store_true",
                    help="experiment: subtract each question's mean x+ / x- feature (over its own branches) first")
+    p.add_argument("--orient-by-vote", action="store_true",
+                   help="experiment: also report each fit with its scores flipped (p -> 1 - p, i.e. p+ and p- "
+                        "swapped) when, label-free, they fall as the share of branches agreeing with a branch rises")
     p.add_argument("--skip-unbanked", action="store_true",
                    help="use the banked questions among the first --limit (e.g. while a bank is still growing)")
     p.add_argument("--output", default=None)
@@ -100,6 +121,15 @@ def main():
                    "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))),
                    **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
                       for s in ("lover_max", "lover_sum", "majority", "greedy")}}
+            if args.orient_by_vote:
+                row["vote_correlation"] = vote_correlation(results, extract)
+                if row["vote_correlation"] < 0:
+                    for r in results:
+                        r.verifier_probs["lover"] = r.verifier_probs["lover"][:, ::-1].copy()  # (N, 2): p- <-> p+
+                diag = diagnose(results, gold, extract)
+                row["oriented"] = {"auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
+                                   **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
+                                      for s in ("lover_max", "lover_sum")}}
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.output or REPO / "benchmarks" / "results" / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
