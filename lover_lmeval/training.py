@@ -59,6 +59,41 @@ def store_scores(results, verifier, features: torch.Tensor, name: str) -> None:
         result.verifier_probs[name] = torch.stack([p_pos[q, :n], p_neg[q, :n]], dim=-1).numpy()  # (N, 2)
 
 
+def vote_shares(answers: list[list[str | None]], width: int) -> torch.Tensor:
+    """(Q, N) share of its question's branches that give a branch's answer; 0 without an answer and on padding."""
+    return torch.tensor([[row.count(a) / len(row) if a is not None else 0.0 for a in row] + [0.0] * (width - len(row))
+                         for row in answers])
+
+
+def _average_ranks(values: torch.Tensor) -> torch.Tensor:
+    """(R,) ranks 0..R-1 of a 1-D tensor, tied values sharing their mean rank (as Spearman's correlation needs)."""
+    _, inverse, counts = torch.unique(values, sorted=True, return_inverse=True, return_counts=True)
+    block_end = counts.cumsum(0).double()  # a block of c ties ending at e holds ranks e-c .. e-1
+    return (block_end - (counts.double() + 1) / 2)[inverse]
+
+
+def spearman(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Spearman rank correlation of 1-D tensors (Pearson correlation of their average ranks); 0 if one is constant."""
+    rx, ry = _average_ranks(x) - (len(x) - 1) / 2, _average_ranks(y) - (len(y) - 1) / 2
+    denominator = float(rx.norm() * ry.norm())
+    return float((rx * ry).sum()) / denominator if denominator > 0 else 0.0
+
+
+def orient_by_vote(verifier, features: torch.Tensor, mask: torch.Tensor, answers: list[list[str | None]]) -> float:
+    """Label-free orientation (VerifierConfig.orient="vote"): flip the verifier when, over the real branches of
+    `features` (Q, N, 2, D), its scores fall as the share of branches agreeing with the branch rises.
+
+    Returns the Spearman correlation of the unflipped scores with the vote shares (flipped when < 0).
+    """
+    verifier.orientation.fill_(1.0)
+    with torch.no_grad():
+        scores = verifier.scores(features)  # (Q, N)
+    correlation = spearman(scores[mask], vote_shares(answers, mask.shape[1])[mask])
+    if correlation < 0:
+        verifier.orientation.fill_(-1.0)
+    return correlation
+
+
 def one_sided(scores: np.ndarray, edge: float = 0.05, share: float = 0.95) -> str | None:
     """'false' / 'true' when at least `share` of the branch scores lie within `edge` of 0 / of 1, else None.
 
@@ -76,8 +111,13 @@ def one_sided(scores: np.ndarray, edge: float = 0.05, share: float = 0.95) -> st
 
 def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
     """Test-time fit: train label-free on these results' own branches, then score them in place."""
-    features, mask, groups, _ = batch_results(results, extract)
-    verifier = fit(features, mask, groups, config or VerifierConfig()).verifier
+    config = config or VerifierConfig()
+    features, mask, groups, answers = batch_results(results, extract)
+    verifier = fit(features, mask, groups, config).verifier
+    if config.orient == "vote":
+        correlation = orient_by_vote(verifier, features, mask, answers)
+        log.info("test-time fit: Spearman(score, vote share) = %+.3f -> %s", correlation,
+                 "flipped" if correlation < 0 else "kept")
     store_scores(results, verifier, features, "lover")
     for result in results:  # lover_select checks it against the task's own extractor
         result.fit_extract = extract
@@ -172,10 +212,14 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
         labels = gold_labels(answers, gold, mask.shape[1])
     config = config_from_string(";".join([f"losses={losses}", f"seed={seed}", fit_config]))
     result = fit(features, mask, groups, config, labels=labels)
+    orientation = None  # label-free, on the training branches; a supervised fit's sign is fixed by its labels
+    if config.orient == "vote" and not supervised:
+        correlation = orient_by_vote(result.verifier, features, mask, answers)
+        orientation = {"vote_correlation": correlation, "flipped": correlation < 0}
     metadata = {**lm.identity, "decoding": {**vars(lm.decoding)}, "n_branches": lm.decoding.n_branches,
                 "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
                 "n_questions": len(docs), "question_indices": keep, "seed": seed,
-                "supervised": supervised, "extract": extract,
+                "supervised": supervised, "extract": extract, "orientation": orientation,
                 "final_losses": result.final_losses}
     out = Path(out)
     save_checkpoint(out, result.verifier, metadata)

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from lover_lmeval.losses import parse_loss_spec, score, total_loss
 
 NORMALIZE_CHOICES = ("none", "mean", "meanstd")
+ORIENT_CHOICES = ("none", "vote")
 #: Metadata keys that must agree between a checkpoint and the run that loads it.
 MATCH_KEYS = ("model", "hidden_size", "layer", "templates")
 _META_KEY = "lover"  # the one safetensors header key holding our JSON metadata
@@ -71,6 +72,12 @@ class VerifierConfig:
     """Staged training (the authors' code uses 0.2): while a batch's inter-group term exceeds this, only it
     is optimised, then negation + intra-group until negation is below it, then all terms
     (``losses.staged_terms``). 0 optimises all terms from the first step."""
+    orient: str = "none"
+    """``"vote"``: after a label-free fit, flip the verifier (swap p+ and p-, i.e. score -> 1 - score) when its
+    branch scores fall as the share of the question's branches agreeing with the branch rises (Spearman < 0 over
+    the training branches; ``training.orient_by_vote``). The paper's objective does not fix which way a fit that
+    ends near "every answer false" ranks the branches (benchmarks/RESULTS.md, runs 3-4: label-free AUROC 0.15-0.43);
+    this breaks the tie with the self-consistency prior, without labels. ``"none"``: the paper's method."""
     batch_questions: int = 64
     """Questions per optimisation step; 0 means full batch.  Mini-batches converge in fewer
     FLOPs: at D=896, 1000 questions, signal 0.4, lr 1e-3, 100 full-batch steps reached 0.84
@@ -85,6 +92,8 @@ class VerifierConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.orient not in ORIENT_CHOICES:
+            raise ValueError(f"orient must be one of {', '.join(ORIENT_CHOICES)}, got {self.orient!r}")
         if self.normalize not in NORMALIZE_CHOICES:
             raise ValueError(f"normalize must be one of {', '.join(NORMALIZE_CHOICES)}, got {self.normalize!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
@@ -149,6 +158,8 @@ class Verifier(nn.Module):
         # row 0 = x+ statistics, row 1 = x- statistics; identity until set_normalization
         self.register_buffer("norm_mean", torch.zeros(2, dim))  # (2, D)
         self.register_buffer("norm_std", torch.ones(2, dim))  # (2, D)
+        # +1, or -1 once `training.orient_by_vote` flipped the fit: the head's p+ and p- then trade places
+        self.register_buffer("orientation", torch.ones(()))
         layers: list[nn.Module] = []
         width = dim
         for _ in range(self.config.n_hidden_layers):
@@ -171,7 +182,7 @@ class Verifier(nn.Module):
     def head(self, normalized: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Probabilities from already-normalised ``(..., 2, D)`` features."""
         p = torch.sigmoid(self.mlp(normalized).squeeze(-1))  # (..., 2)
-        return p[..., 0], p[..., 1]
+        return (p[..., 0], p[..., 1]) if self.orientation > 0 else (p[..., 1], p[..., 0])
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``features (..., 2, D) -> (p_pos, p_neg)``, each ``(...)``."""
@@ -332,11 +343,12 @@ def load_checkpoint(path: str | Path, expect: dict | None = None) -> tuple[Verif
             raise ValueError(f"{path}: " + "; ".join(lines)
                              + f"; retrain with `lover train` or pass the matching {'/'.join(diffs)}")
         tensors = {k: f.get_tensor(k) for k in f.keys()}
-    try:
-        config = VerifierConfig(**meta["verifier_config"])
+    try:  # a checkpoint from before `orient` existed was not oriented, whatever today's default
+        config = VerifierConfig(**{"orient": "none", **meta["verifier_config"]})
     except TypeError as err:  # written by a newer/older version with different fields
         raise ValueError(f"{path}: incompatible verifier_config in checkpoint: {err}") from None
     verifier = Verifier(meta["input_dim"], config)
+    tensors.setdefault("orientation", torch.ones(()))  # checkpoints from before `orient` existed are unflipped
     verifier.load_state_dict(tensors)
     verifier.eval()
     return verifier, meta

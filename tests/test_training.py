@@ -79,3 +79,18 @@ def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
     assert one_sided(np.array([0.99, 0.97, 1.0])) == "true"
     assert one_sided(np.array([0.01] * 9 + [0.5])) is None  # 90% < 95%: some branches still called true-ish
     assert one_sided(np.array([])) is None
+
+
+def test_vote_orientation_is_label_free_and_stored_in_the_checkpoint(tmp_path, monkeypatch, tiny_model_dir):
+    clean, meta = _train(tmp_path, monkeypatch, tiny_model_dir, "oriented", fit_config="orient=vote")
+    scrambled, _ = _train(tmp_path, monkeypatch, tiny_model_dir, "oriented-scrambled", scramble=True,
+                          fit_config="orient=vote")
+    assert clean.read_bytes() == scrambled.read_bytes()  # the orientation reads answers' agreement, never gold
+    orientation = meta["orientation"]
+    assert orientation["flipped"] == (orientation["vote_correlation"] < 0)
+    verifier, stored = load_checkpoint(clean)
+    assert float(verifier.orientation) == (-1.0 if orientation["flipped"] else 1.0)
+    assert stored["verifier_config"]["orient"] == "vote"
+    _, supervised = _train(tmp_path, monkeypatch, tiny_model_dir, "oriented-sup", supervised=True,
+                           fit_config="orient=vote")
+    assert supervised["orientation"] is None  # labels fix a supervised verifier's sign
