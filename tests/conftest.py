@@ -13,7 +13,9 @@ SHARED = REPO.parent / "shared"
 # Tests never touch a hub: everything below is local.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("LOVER_DATA_DIR", str(SHARED / "data"))
+# Absolute, because the CLI tests run `lm_eval` from a temporary directory: the README's relative
+# LOVER_DATA_DIR=../shared/data would otherwise point nowhere there.
+os.environ["LOVER_DATA_DIR"] = str(Path(os.environ.get("LOVER_DATA_DIR", SHARED / "data")).resolve())
 
 
 @pytest.fixture(scope="session")
