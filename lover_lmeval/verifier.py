@@ -77,7 +77,9 @@ class VerifierConfig:
     branch scores fall as the share of the question's branches agreeing with the branch rises (Spearman < 0 over
     the training branches; ``training.orient_by_vote``). The paper's objective does not fix which way a fit that
     ends near "every answer false" ranks the branches (benchmarks/RESULTS.md, runs 3-4: label-free AUROC 0.15-0.43);
-    this breaks the tie with the self-consistency prior, without labels. ``"none"``: the paper's method."""
+    this breaks the tie with the self-consistency prior, without labels, and so inherits its bias: measured, it
+    also flips fits that rightly overrule the vote (BBH boolean_expressions 0.63 -> 0.37, RESULTS.md run 5).
+    ``"none"`` (default): the paper's method."""
     batch_questions: int = 64
     """Questions per optimisation step; 0 means full batch.  Mini-batches converge in fewer
     FLOPs: at D=896, 1000 questions, signal 0.4, lr 1e-3, 100 full-batch steps reached 0.84
