@@ -29,6 +29,18 @@ SPECS = tuple(f"losses={spec}" for spec in ("nega+intra+inter", "intra+inter", "
     "curriculum=0.2", "losses=nega+intra+inter_raw;curriculum=0.2")
 
 
+def confidence_correlation(results, extract) -> float:
+    """Label-free: Spearman correlation, over all branches, of the LoVer score with CoT-decoding's confidence in the
+    branch's answer (mean top1-top2 margin over the answer span; 0 for a branch without an answer)."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from lover_lmeval.selection import span_confidence
+
+    confidence = [span_confidence(b.margins, b.offsets, extract(b.text)) for r in results for b in r.branches]
+    return float(spearmanr(np.concatenate([r.scores() for r in results]), confidence).statistic)
+
+
 def vote_correlation(results, extract) -> float:
     """Label-free: Spearman correlation, over all branches, of the LoVer score with the share of the question's
     branches that give the same answer (0 for a branch without an answer)."""
@@ -61,6 +73,8 @@ def main():
     p.add_argument("--orient-by-vote", action="store_true",
                    help="experiment: also report each fit with its scores flipped (p -> 1 - p, i.e. p+ and p- "
                         "swapped) when, label-free, they fall as the share of branches agreeing with a branch rises")
+    p.add_argument("--orient-by-confidence", action="store_true",
+                   help="experiment: the same flip, decided by CoT-decoding's answer confidence instead of the vote")
     p.add_argument("--skip-unbanked", action="store_true",
                    help="use the banked questions among the first --limit (e.g. while a bank is still growing)")
     p.add_argument("--output", default=None)
@@ -121,6 +135,19 @@ def main():
                    "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))),
                    **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
                       for s in ("lover_max", "lover_sum", "majority", "greedy")}}
+            if args.orient_by_confidence:  # before the vote flip below, from the fit's own scores
+                unflipped = [r.verifier_probs["lover"] for r in results]
+                row["confidence_correlation"] = confidence_correlation(results, extract)
+                if row["confidence_correlation"] < 0:
+                    for r in results:
+                        r.verifier_probs["lover"] = r.verifier_probs["lover"][:, ::-1].copy()  # (N, 2): p- <-> p+
+                diag = diagnose(results, gold, extract)
+                row["oriented_confidence"] = {
+                    "auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
+                    **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
+                       for s in ("lover_max", "lover_sum", "cot_sum")}}
+                for r, probs in zip(results, unflipped):
+                    r.verifier_probs["lover"] = probs
             if args.orient_by_vote:
                 row["vote_correlation"] = vote_correlation(results, extract)
                 if row["vote_correlation"] < 0:

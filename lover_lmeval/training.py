@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .answers import get_extractor
+from .selection import span_confidence
 from .verifier import VerifierConfig, config_from_string, fit, save_checkpoint
 
 log = logging.getLogger(__name__)
@@ -79,16 +80,29 @@ def spearman(x: torch.Tensor, y: torch.Tensor) -> float:
     return float((rx * ry).sum()) / denominator if denominator > 0 else 0.0
 
 
-def orient_by_vote(verifier, features: torch.Tensor, mask: torch.Tensor, answers: list[list[str | None]]) -> float:
-    """Label-free orientation (VerifierConfig.orient="vote"): flip the verifier when, over the real branches of
-    `features` (Q, N, 2, D), its scores fall as the share of branches agreeing with the branch rises.
+def branch_confidences(results, extract: str, width: int) -> torch.Tensor:
+    """(Q, N) CoT-decoding's confidence in each branch's answer (mean top1-top2 margin over the answer span; 0 without
+    an answer and on padding)."""
+    extractor = get_extractor(extract)
+    return torch.tensor([[span_confidence(b.margins, b.offsets, extractor(b.text)) for b in r.branches]
+                         + [0.0] * (width - len(r.branches)) for r in results])
 
-    Returns the Spearman correlation of the unflipped scores with the vote shares (flipped when < 0).
+
+def orientation_signal(by: str, results, extract: str, answers: list[list[str | None]], width: int) -> torch.Tensor:
+    """(Q, N) label-free per-branch signal that VerifierConfig.orient=`by` orients a fit by."""
+    return vote_shares(answers, width) if by == "vote" else branch_confidences(results, extract, width)
+
+
+def orient_by(verifier, features: torch.Tensor, mask: torch.Tensor, signal: torch.Tensor) -> float:
+    """Label-free orientation (VerifierConfig.orient): flip the verifier when, over the real branches of `features`
+    (Q, N, 2, D), its scores fall as the per-branch `signal` (Q, N) rises (vote share, or CoT-decoding confidence).
+
+    Returns the Spearman correlation of the unflipped scores with the signal (flipped when < 0).
     """
     verifier.orientation.fill_(1.0)
     with torch.no_grad():
         scores = verifier.scores(features)  # (Q, N)
-    correlation = spearman(scores[mask], vote_shares(answers, mask.shape[1])[mask])
+    correlation = spearman(scores[mask], signal[mask])
     if correlation < 0:
         verifier.orientation.fill_(-1.0)
     return correlation
@@ -114,9 +128,10 @@ def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
     config = config or VerifierConfig()
     features, mask, groups, answers = batch_results(results, extract)
     verifier = fit(features, mask, groups, config).verifier
-    if config.orient == "vote":
-        correlation = orient_by_vote(verifier, features, mask, answers)
-        log.info("test-time fit: Spearman(score, vote share) = %+.3f -> %s", correlation,
+    if config.orient != "none":
+        signal = orientation_signal(config.orient, results, extract, answers, mask.shape[1])
+        correlation = orient_by(verifier, features, mask, signal)
+        log.info("test-time fit: Spearman(score, %s) = %+.3f -> %s", config.orient, correlation,
                  "flipped" if correlation < 0 else "kept")
     store_scores(results, verifier, features, "lover")
     for result in results:  # lover_select checks it against the task's own extractor
@@ -213,9 +228,10 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     config = config_from_string(";".join([f"losses={losses}", f"seed={seed}", fit_config]))
     result = fit(features, mask, groups, config, labels=labels)
     orientation = None  # label-free, on the training branches; a supervised fit's sign is fixed by its labels
-    if config.orient == "vote" and not supervised:
-        correlation = orient_by_vote(result.verifier, features, mask, answers)
-        orientation = {"vote_correlation": correlation, "flipped": correlation < 0}
+    if config.orient != "none" and not supervised:
+        signal = orientation_signal(config.orient, results, extract, answers, mask.shape[1])
+        correlation = orient_by(result.verifier, features, mask, signal)
+        orientation = {"by": config.orient, "correlation": correlation, "flipped": correlation < 0}
     metadata = {**lm.identity, "decoding": {**vars(lm.decoding)}, "n_branches": lm.decoding.n_branches,
                 "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
                 "n_questions": len(docs), "question_indices": keep, "seed": seed,

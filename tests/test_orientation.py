@@ -1,4 +1,4 @@
-"""Label-free orientation of a fitted verifier by the vote (VerifierConfig.orient="vote", training.orient_by_vote)."""
+"""Label-free orientation of a fitted verifier (VerifierConfig.orient="vote"|"confidence", training.orient_by)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from lover_lmeval.training import orient_by_vote, spearman, vote_shares
+from lover_lmeval.training import branch_confidences, orient_by, spearman, vote_shares
 from lover_lmeval.verifier import Verifier, VerifierConfig, load_checkpoint, save_checkpoint
 
 # Q = 2 questions, N = 4 branches; branch 3 of question 1 has no answer.
@@ -50,21 +50,22 @@ def test_a_fit_ranking_against_the_vote_is_flipped_and_one_ranking_with_it_is_ke
     verifier, features, mask = _linear_verifier(-5.0)
     with torch.no_grad():
         before = verifier.scores(features)
-    correlation = orient_by_vote(verifier, features, mask, ANSWERS)
+    correlation = orient_by(verifier, features, mask, vote_shares(ANSWERS, 4))
     assert correlation == pytest.approx(-1.0) and float(verifier.orientation) == -1.0
     with torch.no_grad():
         after = verifier.scores(features)
     assert torch.allclose(after, 1 - before)  # p+ and p- swapped: score -> 1 - score, ranking reversed
-    assert orient_by_vote(verifier, features, mask, ANSWERS) == pytest.approx(-1.0)  # idempotent
+    assert orient_by(verifier, features, mask, vote_shares(ANSWERS, 4)) == pytest.approx(-1.0)  # idempotent
     assert float(verifier.orientation) == -1.0
 
     kept, features, mask = _linear_verifier(5.0)
-    assert orient_by_vote(kept, features, mask, ANSWERS) == pytest.approx(1.0) and float(kept.orientation) == 1.0
+    assert orient_by(kept, features, mask, vote_shares(ANSWERS, 4)) == pytest.approx(1.0)
+    assert float(kept.orientation) == 1.0
 
 
 def test_orientation_survives_a_checkpoint_and_older_checkpoints_load_unflipped(tmp_path):
     verifier, features, mask = _linear_verifier(-5.0)
-    orient_by_vote(verifier, features, mask, ANSWERS)
+    orient_by(verifier, features, mask, vote_shares(ANSWERS, 4))
     save_checkpoint(tmp_path / "flipped.safetensors", verifier, {"model": "m"})
     loaded, _ = load_checkpoint(tmp_path / "flipped.safetensors")
     with torch.no_grad():
@@ -91,7 +92,9 @@ def test_test_time_fit_with_orient_vote_flips_a_fit_that_ranks_against_the_vote(
     results = []
     for q in range(12):  # 12 questions x 6 branches, answers "q" or "q+1", features random (D = 8)
         texts = [f"The answer is {q + (i % 3 == 0)}." for i in range(6)]
-        branches = [Branch(t, [], [], [], "eos") for t in texts]
+        # one token spanning the text: CoT-decoding's confidence is its margin, 0.5 for the 4 majority branches and
+        # 0.1 for the 2 others, so orienting by confidence must agree with orienting by the vote
+        branches = [Branch(t, [0], [0.1 if i % 3 == 0 else 0.5], [(0, len(t))], "eos") for i, t in enumerate(texts)]
         results.append(LoverResult(branches, torch.randn(6, 2, 8, generator=g).numpy()))
     config = dict(restarts=1, epochs=5, hidden=8)
     fit_on_results(results, "number", VerifierConfig(**config))
@@ -101,3 +104,6 @@ def test_test_time_fit_with_orient_vote_flips_a_fit_that_ranks_against_the_vote(
     shares = vote_shares([[str(q + (i % 3 == 0)) for i in range(6)] for q in range(12)], 6).flatten()
     assert spearman(plain, shares) < 0  # -0.33: the flip is what this test exercises
     assert torch.allclose(oriented, 1 - plain, atol=1e-6) and spearman(oriented, shares) > 0
+    assert torch.allclose(branch_confidences(results, "number", 7)[0], torch.tensor([0.1, 0.5, 0.5, 0.1, 0.5, 0.5, 0]))
+    fit_on_results(results, "number", VerifierConfig(orient="confidence", **config))
+    assert torch.allclose(torch.tensor([s for r in results for s in r.scores()]), oriented, atol=1e-6)

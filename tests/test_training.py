@@ -87,7 +87,7 @@ def test_vote_orientation_is_label_free_and_stored_in_the_checkpoint(tmp_path, m
                           fit_config="orient=vote")
     assert clean.read_bytes() == scrambled.read_bytes()  # the orientation reads answers' agreement, never gold
     orientation = meta["orientation"]
-    assert orientation["flipped"] == (orientation["vote_correlation"] < 0)
+    assert orientation["by"] == "vote" and orientation["flipped"] == (orientation["correlation"] < 0)
     verifier, stored = load_checkpoint(clean)
     assert float(verifier.orientation) == (-1.0 if orientation["flipped"] else 1.0)
     assert stored["verifier_config"]["orient"] == "vote"

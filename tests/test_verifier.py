@@ -84,7 +84,7 @@ def unsupervised_fit(data):
     ("restarts", 0, "restarts"), ("batch_questions", -2, "batch_questions"), ("seed", 1.5, "seed"),
     ("normalize", "zscore", "none, mean, meanstd"), ("lr", 0.0, "lr"), ("lr", math.nan, "lr"),
     ("weight_decay", -0.1, "weight_decay"), ("curriculum", -0.2, "curriculum"), ("curriculum", math.inf, "curriculum"),
-    ("losses", "nega+intre", "intre"), ("orient", "majority", "none, vote"),
+    ("losses", "nega+intre", "intre"), ("orient", "majority", "none, vote, confidence"),
     ("losses", "nega+supervised", "labels to fit")])
 def test_config_validation(field, value, needle):
     with pytest.raises(ValueError, match=needle) as err:
