@@ -160,7 +160,7 @@ class Verifier(nn.Module):
         # row 0 = x+ statistics, row 1 = x- statistics; identity until set_normalization
         self.register_buffer("norm_mean", torch.zeros(2, dim))  # (2, D)
         self.register_buffer("norm_std", torch.ones(2, dim))  # (2, D)
-        # +1, or -1 once `training.orient_by` flipped the fit: the head's p+ and p- then trade places
+        # +1, or -1 once `training.orient_by` flipped the fit: forward's p+ and p- then trade places
         self.register_buffer("orientation", torch.ones(()))
         layers: list[nn.Module] = []
         width = dim
@@ -184,13 +184,17 @@ class Verifier(nn.Module):
     def head(self, normalized: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Probabilities from already-normalised ``(..., 2, D)`` features."""
         p = torch.sigmoid(self.mlp(normalized).squeeze(-1))  # (..., 2)
-        return (p[..., 0], p[..., 1]) if self.orientation > 0 else (p[..., 1], p[..., 0])
+        return p[..., 0], p[..., 1]
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``features (..., 2, D) -> (p_pos, p_neg)``, each ``(...)``."""
+        """``features (..., 2, D) -> (p_pos, p_neg)``, each ``(...)``, swapped when the fit was flipped.
+
+        The orientation is applied here, not in :meth:`head`, which the fit loop calls on every step before any
+        orientation exists."""
         assert features.shape[-2:] == (2, self.dim), (
             f"features must be (..., 2, {self.dim}), got {tuple(features.shape)}")
-        return self.head(self.normalize(features))
+        p_pos, p_neg = self.head(self.normalize(features))
+        return (p_pos, p_neg) if self.orientation > 0 else (p_neg, p_pos)
 
     def scores(self, features: torch.Tensor) -> torch.Tensor:
         """Correctness score ``0.5 * (p+ + 1 - p-)`` per branch, shape ``(...)``."""
