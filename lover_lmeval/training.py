@@ -93,6 +93,12 @@ def orientation_signal(by: str, results, extract: str, answers: list[list[str | 
     return vote_shares(answers, width) if by == "vote" else branch_confidences(results, extract, width)
 
 
+def orient_fit(verifier, by: str, results, extract: str, features: torch.Tensor, mask: torch.Tensor,
+               answers: list[list[str | None]]) -> float:
+    """`orient_by` with the signal VerifierConfig.orient=`by` names, from `batch_results`' outputs."""
+    return orient_by(verifier, features, mask, orientation_signal(by, results, extract, answers, mask.shape[1]))
+
+
 def orient_by(verifier, features: torch.Tensor, mask: torch.Tensor, signal: torch.Tensor) -> float:
     """Label-free orientation (VerifierConfig.orient): flip the verifier when, over the real branches of `features`
     (Q, N, 2, D), its scores fall as the per-branch `signal` (Q, N) rises (vote share, or CoT-decoding confidence).
@@ -129,8 +135,7 @@ def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
     features, mask, groups, answers = batch_results(results, extract)
     verifier = fit(features, mask, groups, config).verifier
     if config.orient != "none":
-        signal = orientation_signal(config.orient, results, extract, answers, mask.shape[1])
-        correlation = orient_by(verifier, features, mask, signal)
+        correlation = orient_fit(verifier, config.orient, results, extract, features, mask, answers)
         log.info("test-time fit: Spearman(score, %s) = %+.3f -> %s", config.orient, correlation,
                  "flipped" if correlation < 0 else "kept")
     store_scores(results, verifier, features, "lover")
@@ -229,8 +234,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     result = fit(features, mask, groups, config, labels=labels)
     orientation = None  # label-free, on the training branches; a supervised fit's sign is fixed by its labels
     if config.orient != "none" and not supervised:
-        signal = orientation_signal(config.orient, results, extract, answers, mask.shape[1])
-        correlation = orient_by(result.verifier, features, mask, signal)
+        correlation = orient_fit(result.verifier, config.orient, results, extract, features, mask, answers)
         orientation = {"by": config.orient, "correlation": correlation, "flipped": correlation < 0}
     metadata = {**lm.identity, "decoding": {**vars(lm.decoding)}, "n_branches": lm.decoding.n_branches,
                 "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
