@@ -133,8 +133,10 @@ class LoverLM(HFLM):
         """Whether each context's branches are already in the bank (decoding would skip it)."""
         if self.bank is None:  # nothing to look up: skip tokenizing every prompt
             return [False] * len(contexts)
-        _, keys, _, _ = self._keyed_prompts(contexts, gen_kwargs)
-        return [self.bank.get(k) is not None for k in keys]
+        return self._banked(self._keyed_prompts(contexts, gen_kwargs)[1])
+
+    def _banked(self, keys: list[str]) -> list[bool]:
+        return [self.bank is not None and self.bank.get(k) is not None for k in keys]
 
     def decode_requests(self, contexts: list[str], gen_kwargs: dict) -> list[LoverResult]:
         """Decode (or take from the bank) and featurise a batch of contexts that share generation kwargs."""
@@ -192,7 +194,7 @@ class LoverLM(HFLM):
             prompts, keys, until, max_gen_toks = self._keyed_prompts([requests[i].args[0] for i in indices],
                                                                      gen_kwargs)
             position = {index: k for k, index in enumerate(indices)}
-            banked = {i: self.bank is not None and self.bank.get(keys[position[i]]) is not None for i in indices}
+            banked = dict(zip(indices, self._banked(keys)))
             indices.sort(key=lambda i: -len(requests[i].args[0]))
             # Banked and unbanked questions are batched apart, so a decoding batch holds only questions that need
             # decoding and a grown bank leaves no half-empty batches (a 20-row step costs about a 50-row one on CPU).
