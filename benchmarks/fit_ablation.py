@@ -29,34 +29,10 @@ SPECS = tuple(f"losses={spec}" for spec in ("nega+intra+inter", "intra+inter", "
     "curriculum=0.2", "losses=nega+intra+inter_raw;curriculum=0.2")
 
 
-def confidence_correlation(results, extract) -> float:
-    """Label-free: Spearman correlation, over all branches, of the LoVer score with CoT-decoding's confidence in the
-    branch's answer (mean top1-top2 margin over the answer span; 0 for a branch without an answer)."""
-    import numpy as np
-    from scipy.stats import spearmanr
-
-    from lover_lmeval.selection import span_confidence
-
-    confidence = [span_confidence(b.margins, b.offsets, extract(b.text)) for r in results for b in r.branches]
-    return float(spearmanr(np.concatenate([r.scores() for r in results]), confidence).statistic)
-
-
-def vote_correlation(results, extract) -> float:
-    """Label-free: Spearman correlation, over all branches, of the LoVer score with the share of the question's
-    branches that give the same answer (0 for a branch without an answer)."""
-    import numpy as np
-    from scipy.stats import spearmanr
-
-    from lover_lmeval.selection import group_answers
-
-    shares, scores = [], []
-    for r in results:
-        share = np.zeros(len(r.branches))
-        for members in group_answers([extract(t) for t in r.texts]).values():
-            share[members] = len(members) / len(r.branches)
-        shares.append(share)
-        scores.append(r.scores())
-    return float(spearmanr(np.concatenate(scores), np.concatenate(shares)).statistic)
+# Orientation experiments (VerifierConfig.orient): row keys of the correlation and of the oriented scores, and the
+# strategies the oriented row reports; the keys are those of the committed fit_orient_*.json files.
+ORIENT_ROWS = {"confidence": ("confidence_correlation", "oriented_confidence", ("lover_max", "lover_sum", "cot_sum")),
+               "vote": ("vote_correlation", "oriented", ("lover_max", "lover_sum"))}
 
 
 def main():
@@ -91,7 +67,7 @@ def main():
     from lover_lmeval.diagnostics import diagnose
     from lover_lmeval.model import LoverLM
     from lover_lmeval.selection import select
-    from lover_lmeval.training import fit_on_results, task_extractor
+    from lover_lmeval.training import batch_results, fit_on_results, orient_fit, store_scores, task_extractor
     from lover_lmeval.verifier import VerifierConfig, config_from_string
 
     gguf = Path.home() / ".cache" / "lover-models" / f"{args.model}.gguf"
@@ -128,35 +104,23 @@ def main():
         for spec in args.specs.split("|"):
             config = config_from_string(spec)
             t0 = time.perf_counter()
-            fit_on_results(results, extract_name, config)  # label-free; scores the results in place
-            diag = diagnose(results, gold, extract)
-            row = {"layer": layer, "spec": spec, "fit_s": time.perf_counter() - t0, "auroc": diag["auroc_pooled"],
-                   "auroc_per_question": diag["auroc_per_question_mean"],
+            verifier = fit_on_results(results, extract_name, config)  # label-free; scores the results in place
+
+            def summary(strategies):  # gold answers score the rows; the fit and its orientation never see them
+                diag = diagnose(results, gold, extract)
+                return {"auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
+                        **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
+                           for s in strategies}}
+
+            row = {"layer": layer, "spec": spec, "fit_s": time.perf_counter() - t0,
                    "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))),
-                   **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
-                      for s in ("lover_max", "lover_sum", "majority", "greedy")}}
-            if args.orient_by_confidence:  # before the vote flip below, from the fit's own scores
-                unflipped = [r.verifier_probs["lover"] for r in results]
-                row["confidence_correlation"] = confidence_correlation(results, extract)
-                if row["confidence_correlation"] < 0:
-                    for r in results:
-                        r.verifier_probs["lover"] = r.verifier_probs["lover"][:, ::-1].copy()  # (N, 2): p- <-> p+
-                diag = diagnose(results, gold, extract)
-                row["oriented_confidence"] = {
-                    "auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
-                    **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
-                       for s in ("lover_max", "lover_sum", "cot_sum")}}
-                for r, probs in zip(results, unflipped):
-                    r.verifier_probs["lover"] = probs
-            if args.orient_by_vote:
-                row["vote_correlation"] = vote_correlation(results, extract)
-                if row["vote_correlation"] < 0:
-                    for r in results:
-                        r.verifier_probs["lover"] = r.verifier_probs["lover"][:, ::-1].copy()  # (N, 2): p- <-> p+
-                diag = diagnose(results, gold, extract)
-                row["oriented"] = {"auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
-                                   **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
-                                      for s in ("lover_max", "lover_sum")}}
+                   **summary(("lover_max", "lover_sum", "majority", "greedy"))}
+            features, mask, _, answers = batch_results(results, extract_name)
+            for by in [by for by in ORIENT_ROWS if getattr(args, f"orient_by_{by}")]:
+                correlation_key, oriented_key, strategies = ORIENT_ROWS[by]
+                row[correlation_key] = orient_fit(verifier, by, results, extract_name, features, mask, answers)
+                store_scores(results, verifier, features, "lover")
+                row[oriented_key] = summary(strategies)  # orient_fit starts over from the fit itself each time
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.output or REPO / "benchmarks" / "results" / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
