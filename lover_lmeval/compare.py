@@ -150,7 +150,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     from .features import check_layer
     from .model import LoverLM
     from .training import batch_results, store_scores, task_extractor
-    from .verifier import load_checkpoint
+    from .checkpoints import load_checkpoint
 
     manager = TaskManager(include_path=include_path)
     out = Path(out)

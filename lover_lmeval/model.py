@@ -92,7 +92,8 @@ class LoverLM(HFLM):
             self.feature_cache = FeatureCache(where, salt=f"{self.model.dtype}/{self.device.type}")
         self.verifiers = {}
         self.fit_at_test_time = str(verifier) == "fit"
-        from .verifier import config_from_string, load_checkpoint
+        from .checkpoints import load_checkpoint
+        from .verifier import config_from_string
 
         self.fit_config = config_from_string(fit_config or "")  # fails here, before decoding, on a bad value
 

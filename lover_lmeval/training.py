@@ -17,7 +17,8 @@ import torch
 
 from .answers import get_extractor
 from .selection import span_confidence
-from .verifier import VerifierConfig, config_from_string, fit, save_checkpoint
+from .checkpoints import save_checkpoint
+from .verifier import VerifierConfig, config_from_string, fit
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""LoVer verifier: an MLP probe over contrastive features, its training loop and checkpoints.
+"""LoVer verifier: an MLP probe over contrastive features and its training loop (checkpoints: checkpoints.py).
 
 Shapes: ``features`` is ``(Q, N, 2, D)`` (index 0 = x+, 1 = x-), ``mask`` and
 ``groups`` are ``(Q, N)``; see :mod:`lover_lmeval.losses` for the dimension names.
@@ -6,15 +6,11 @@ Shapes: ``features`` is ``(Q, N, 2, D)`` (index 0 = x+, 1 = x-), ``mask`` and
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 from tqdm import tqdm
 
@@ -22,10 +18,6 @@ from lover_lmeval.losses import parse_loss_spec, score, total_loss
 
 NORMALIZE_CHOICES = ("none", "mean", "meanstd")
 ORIENT_CHOICES = ("none", "vote", "confidence")
-#: Metadata keys that must agree between a checkpoint and the run that loads it.
-MATCH_KEYS = ("model", "hidden_size", "layer", "templates")
-_META_KEY = "lover"  # the one safetensors header key holding our JSON metadata
-FORMAT_VERSION = 1
 
 
 @dataclass
@@ -306,55 +298,3 @@ def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                            "try a lower lr or normalize='meanstd', and check the features for extreme values")
     best.eval()
     return FitResult(best, best_final, history, restart_losses)
-
-
-def _plain(value):
-    """JSON round trip so that tuples/lists etc. compare equal to what a checkpoint stores."""
-    return json.loads(json.dumps(value))
-
-
-def save_checkpoint(path: str | Path, verifier: Verifier, metadata: dict) -> None:
-    """Write safetensors weights (+ metadata in the header) and a readable ``.json`` sidecar."""
-    path = Path(path)
-    meta = {**_plain(metadata), "verifier_config": asdict(verifier.config), "input_dim": verifier.dim,
-            "format_version": FORMAT_VERSION}
-    tensors = {k: v.detach().cpu().contiguous() for k, v in verifier.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata={_META_KEY: json.dumps(meta)})
-    sidecar = {**meta, "weights_file": path.name,
-               "tensors": {k: list(v.shape) for k, v in tensors.items()}}
-    path.with_suffix(".json").write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
-
-
-def _show(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def load_checkpoint(path: str | Path, expect: dict | None = None) -> tuple[Verifier, dict]:
-    """Load a checkpoint written by :func:`save_checkpoint` (safetensors only, never pickle).
-
-    ``expect`` values for :data:`MATCH_KEYS` must equal the stored metadata, else ValueError.
-    """
-    path = Path(path)
-    with safe_open(str(path), framework="pt") as f:
-        header = f.metadata() or {}
-        if _META_KEY not in header:
-            raise ValueError(f"{path} is not a LoVer checkpoint (no '{_META_KEY}' metadata in its header)")
-        meta = json.loads(header[_META_KEY])
-        diffs = [k for k in MATCH_KEYS if expect is not None and k in expect
-                 and meta.get(k, "<missing>") != _plain(expect[k])]
-        if diffs:
-            lines = [f"checkpoint was trained on {k}={_show(meta.get(k, '<missing>'))}, "
-                     f"but this run uses {k}={_show(expect[k])}" for k in diffs]
-            raise ValueError(f"{path}: " + "; ".join(lines)
-                             + f"; retrain with `lover train` or pass the matching {'/'.join(diffs)}")
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    try:  # a checkpoint from before `orient` existed was not oriented, whatever today's default
-        config = VerifierConfig(**{"orient": "none", **meta["verifier_config"]})
-    except TypeError as err:  # written by a newer/older version with different fields
-        raise ValueError(f"{path}: incompatible verifier_config in checkpoint: {err}") from None
-    verifier = Verifier(meta["input_dim"], config)
-    tensors.setdefault("orientation", torch.ones(()))  # checkpoints from before `orient` existed are unflipped
-    verifier.load_state_dict(tensors)
-    verifier.eval()
-    return verifier, meta

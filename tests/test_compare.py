@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from lover_lmeval.model import LoverLM
-from lover_lmeval.verifier import VerifierConfig, fit, save_checkpoint
+from lover_lmeval.checkpoints import save_checkpoint
+from lover_lmeval.verifier import VerifierConfig, fit
 from lover_lmeval.compare import ROWS, bootstrap_interval, compare, paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]

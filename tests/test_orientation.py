@@ -8,8 +8,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from lover_lmeval.checkpoints import load_checkpoint, save_checkpoint
 from lover_lmeval.training import branch_confidences, orient_by, spearman, vote_shares
-from lover_lmeval.verifier import Verifier, VerifierConfig, load_checkpoint, save_checkpoint
+from lover_lmeval.verifier import Verifier, VerifierConfig
 
 # Q = 2 questions, N = 4 branches; branch 3 of question 1 has no answer.
 ANSWERS = [["4", "4", "4", "5"], ["1", "2", "2", None]]

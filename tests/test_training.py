@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from lover_lmeval import decoding
+from lover_lmeval.checkpoints import load_checkpoint
 from lover_lmeval.training import train
-from lover_lmeval.verifier import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_GSM8K = REPO.parent / "shared" / "data" / "gsm8k"

@@ -1,4 +1,4 @@
-"""Tests for lover_lmeval.verifier: config, fit (planted direction), determinism, checkpoints."""
+"""Tests for lover_lmeval.verifier (config, fit on a planted direction, determinism) and its checkpoints."""
 
 import json
 import math
@@ -8,8 +8,8 @@ import torch
 from safetensors import safe_open
 
 import lover_lmeval.verifier as V
-from lover_lmeval.verifier import (FitResult, Verifier, VerifierConfig, config_from_string, fit, load_checkpoint,
-                                   save_checkpoint)
+from lover_lmeval.checkpoints import load_checkpoint, save_checkpoint
+from lover_lmeval.verifier import FitResult, Verifier, VerifierConfig, config_from_string, fit
 
 DIM = 48
 
