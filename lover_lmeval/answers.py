@@ -3,7 +3,8 @@
 Each extractor maps a model's generated text to an :class:`Answer` (or ``None`` when the text gives no
 usable answer). ``Answer.value`` is normalised so that equivalent answers group together ("18", "18.00"
 and "$18" all give "18"); ``text[Answer.start:Answer.end]`` is the answer's own characters in the text,
-which callers use to map the answer onto generated tokens.
+which callers use to map the answer onto generated tokens (:func:`span_confidence`, CoT-decoding's
+confidence of that span).
 
 All extractors follow the same rule: an explicit final-answer marker ("The answer is ...", "Answer: ...",
 ``\\boxed{...}``, ...) wins, the last one in the text if there are several; only when no marker carries a
@@ -16,6 +17,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,16 @@ EXTRACTORS: dict[str, Callable[[str], Answer | None]] = {
     "yes_no": extract_yes_no,
     "true_false": extract_true_false,
 }
+
+
+def span_confidence(margins: list[float], offsets: list[tuple[int, int]], answer: Answer | None) -> float:
+    """CoT-decoding Delta: mean margin over the tokens overlapping the answer's character span (0 without an answer).
+
+    Lives here, not in selection.py, so that training can use it without importing lm-eval."""
+    if answer is None:
+        return 0.0
+    inside = [m for m, (s, e) in zip(margins, offsets) if s < answer.end and e > answer.start]
+    return float(np.mean(inside)) if inside else 0.0
 
 
 def get_extractor(name: str) -> Callable[[str], Answer | None]:

@@ -24,17 +24,9 @@ from collections.abc import Callable
 import numpy as np
 from lm_eval.api.filter import Filter
 
-from .answers import Answer, get_extractor
+from .answers import Answer, get_extractor, span_confidence
 
 STRATEGIES = ("greedy", "majority", "cot_max", "cot_sum", "lover_max", "lover_sum", "pass_at_n")
-
-
-def span_confidence(margins: list[float], offsets: list[tuple[int, int]], answer: Answer | None) -> float:
-    """CoT-decoding Delta: mean margin over the tokens overlapping the answer's character span."""
-    if answer is None:
-        return 0.0
-    inside = [m for m, (s, e) in zip(margins, offsets) if s < answer.end and e > answer.start]
-    return float(np.mean(inside)) if inside else 0.0
 
 
 def group_answers(answers: list[Answer | None]) -> dict[str, list[int]]:

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .answers import get_extractor
-from .selection import span_confidence
+from .answers import get_extractor, span_confidence
 from .checkpoints import save_checkpoint
 from .verifier import VerifierConfig, config_from_string, fit
 

@@ -162,6 +162,13 @@ def test_interpreter_start_up_stays_light():
     assert out.strip() == "[]"
 
 
+def test_fitting_and_checkpoints_need_no_lm_eval():
+    # training uses CoT-decoding's span confidence (orient=confidence); it lives in answers.py, not in the lm-eval filter
+    out = _python("import sys\nimport lover_lmeval.training, lover_lmeval.checkpoints\n"
+                  "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lm_eval'))")
+    assert out.strip() == "[]"
+
+
 def test_lover_cli_help():
     out = subprocess.run([sys.executable, "-m", "lover_lmeval.cli", "--help"], check=True, capture_output=True, text=True)
     assert "igsm" in out.stdout and "train" in out.stdout
