@@ -64,9 +64,9 @@ def main():
     from lm_eval.tasks import TaskManager, get_task_dict
 
     from lover_lmeval.answers import get_extractor
-    from lover_lmeval.diagnostics import diagnose
+    from lover_lmeval.compare import paired_bootstrap
+    from lover_lmeval.diagnostics import diagnose, strategy_correct
     from lover_lmeval.model import LoverLM
-    from lover_lmeval.selection import select
     from lover_lmeval.training import batch_results, fit_on_results, orient_fit, store_scores, task_extractor
     from lover_lmeval.verifier import VerifierConfig, config_from_string
 
@@ -108,19 +108,23 @@ def main():
 
             def summary(strategies):  # gold answers score the rows; the fit and its orientation never see them
                 diag = diagnose(results, gold, extract)
+                correct = {s: strategy_correct(results, gold, s, extract) for s in strategies}  # each (Q,)
                 return {"auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
-                        **{s: float(np.mean([select(r, s, extract) == g for r, g in zip(results, gold)]))
-                           for s in strategies}}
+                        **{s: float(c.mean()) for s, c in correct.items()}}, correct["lover_sum"]
 
-            row = {"layer": layer, "spec": spec, "fit_s": time.perf_counter() - t0,
-                   "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))),
-                   **summary(("lover_max", "lover_sum", "majority", "greedy"))}
+            fit_s = time.perf_counter() - t0
+            scored, fit_correct = summary(("lover_max", "lover_sum", "majority", "greedy"))
+            row = {"layer": layer, "spec": spec, "fit_s": fit_s,
+                   "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))), **scored}
             features, mask, _, answers = batch_results(results, extract_name)
             for by in [by for by in ORIENT_ROWS if getattr(args, f"orient_by_{by}")]:
                 correlation_key, oriented_key, strategies = ORIENT_ROWS[by]
                 row[correlation_key] = orient_fit(verifier, by, results, extract_name, features, mask, answers)
                 store_scores(results, verifier, features, "lover")
-                row[oriented_key] = summary(strategies)  # orient_fit starts over from the fit itself each time
+                row[oriented_key], oriented_correct = summary(strategies)  # orient_fit restarts from the fit itself
+                # paired over the same questions: is the oriented LoVer(sum) better or worse than the fit's own?
+                row[oriented_key]["lover_sum_minus_fit"] = paired_bootstrap(oriented_correct, fit_correct, 10_000,
+                                                                            np.random.default_rng(0))
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.output or REPO / "benchmarks" / "results" / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
