@@ -7,6 +7,7 @@
 #   GGUF=$(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1) bash benchmarks/paper_runs.sh
 #   STEPS="gsm8k_train gsm8k_test" GSM8K_TEST=1319 bash benchmarks/paper_runs.sh
 #   TRAIN=0 STEPS=igsm IGSM_OPS="2 4 8" TEST=20 BATCH=8 bash benchmarks/paper_runs.sh   # CPU: score committed checkpoints
+#   TRAIN=0 FIT_CONFIG="orient=confidence" RESULTS=benchmarks/results/paper_NAME/orient_confidence bash ...  # variant fit
 #
 # Steps (in the order given by $STEPS):
 #   gsm8k_train  verifiers trained label-free on the first $TRAIN GSM8K training questions: the paper's losses
@@ -35,8 +36,9 @@ BANKS=${BANKS:-benchmarks/banks/$NAME}
 RESULTS=${RESULTS:-benchmarks/results/paper_$NAME}
 CKPTS=${CKPTS:-verifier_ckpts/$NAME}
 LOVER=${LOVER:-lover}
+FIT_CONFIG=${FIT_CONFIG:-}  # the test-time fit's VerifierConfig (lover_hf fit_config=, ';'-separated); empty: defaults
 export LOVER_DATA_DIR=${LOVER_DATA_DIR:-$(cd .. && pwd)/shared/data} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-ARGS="gguf_file=$GGUF,batch_size=$BATCH,dtype=float32"
+ARGS="gguf_file=$GGUF,batch_size=$BATCH,dtype=float32${FIT_CONFIG:+,fit_config=$FIT_CONFIG}"
 mkdir -p "$BANKS" "$RESULTS" "$CKPTS"
 limit=()
 [ -n "$TEST" ] && limit=(--limit "$TEST")
