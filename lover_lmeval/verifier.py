@@ -71,7 +71,7 @@ class VerifierConfig:
     ranks the branches (label-free AUROC 0.15-0.43 in benchmarks/RESULTS.md runs 3-4). ``"vote"``: the share of the
     question's branches giving the same answer; it inherits the vote's bias and flips fits that rightly overrule it
     (BBH boolean_expressions 0.63 -> 0.37). ``"confidence"``: CoT-decoding's answer-span margin; right in 16 of 18
-    fits on the sets it was designed on (RESULTS.md run 5) but 6 of 12 on six held-out sets (run 6), so neither
+    fits on the sets it was designed on (RESULTS.md run 5) but 8 of 14 on held-out sets (run 6), so neither
     is a default. ``"none"`` (default): the paper's method."""
     batch_questions: int = 64
     """Questions per optimisation step; 0 means full batch.  Mini-batches converge in fewer
