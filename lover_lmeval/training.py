@@ -88,15 +88,13 @@ def branch_confidences(results, extract: str, width: int) -> torch.Tensor:
                          + [0.0] * (width - len(r.branches)) for r in results])
 
 
-def orientation_signal(by: str, results, extract: str, answers: list[list[str | None]], width: int) -> torch.Tensor:
-    """(Q, N) label-free per-branch signal that VerifierConfig.orient=`by` orients a fit by."""
-    return vote_shares(answers, width) if by == "vote" else branch_confidences(results, extract, width)
-
-
 def orient_fit(verifier, by: str, results, extract: str, features: torch.Tensor, mask: torch.Tensor,
                answers: list[list[str | None]]) -> float:
-    """`orient_by` with the signal VerifierConfig.orient=`by` names, from `batch_results`' outputs."""
-    return orient_by(verifier, features, mask, orientation_signal(by, results, extract, answers, mask.shape[1]))
+    """`orient_by` with the signal VerifierConfig.orient=`by` names (vote shares or CoT-decoding confidences), from
+    `batch_results`' outputs."""
+    width = mask.shape[1]
+    signal = vote_shares(answers, width) if by == "vote" else branch_confidences(results, extract, width)  # (Q, N)
+    return orient_by(verifier, features, mask, signal)
 
 
 def orient_by(verifier, features: torch.Tensor, mask: torch.Tensor, signal: torch.Tensor) -> float:
