@@ -94,6 +94,14 @@ def main():
     if len(kept) < len(docs):
         print(f"{len(docs) - len(kept)} of the first {len(docs)} questions are not banked: using the other {len(kept)}")
     gold = [str(task.doc_to_target(docs[i])).strip() for i in kept]
+
+    def summary(strategies):  # gold answers score the rows; the fit and its orientation never see them
+        diag = diagnose(results, gold, extract)
+        correct = {s: strategy_correct(results, gold, s, extract) for s in strategies}  # each (Q,)
+        return {"auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
+                **{s: float(c.mean()) for s, c in correct.items()}}, correct["lover_sum"]
+
+    orient = [by for by in ORIENT_ROWS if getattr(args, f"orient_by_{by}")]
     rows = []
     base = [r.features for r in results]
     for layer in layers:
@@ -101,23 +109,17 @@ def main():
             r.features = at_base if layer == lm.layer else r.layer_features[layer]
             if args.center_questions:  # label-free: only this question's own branches
                 r.features = r.features - r.features.mean(axis=0, keepdims=True)  # (N, 2, D)
+        if orient:  # the orientation's inputs depend on this layer's features, not on the fit
+            features, mask, _, answers = batch_results(results, extract_name)
         for spec in args.specs.split("|"):
             config = config_from_string(spec)
             t0 = time.perf_counter()
             verifier = fit_on_results(results, extract_name, config)  # label-free; scores the results in place
-
-            def summary(strategies):  # gold answers score the rows; the fit and its orientation never see them
-                diag = diagnose(results, gold, extract)
-                correct = {s: strategy_correct(results, gold, s, extract) for s in strategies}  # each (Q,)
-                return {"auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
-                        **{s: float(c.mean()) for s, c in correct.items()}}, correct["lover_sum"]
-
             fit_s = time.perf_counter() - t0
             scored, fit_correct = summary(("lover_max", "lover_sum", "majority", "greedy"))
             row = {"layer": layer, "spec": spec, "fit_s": fit_s,
                    "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))), **scored}
-            features, mask, _, answers = batch_results(results, extract_name)
-            for by in [by for by in ORIENT_ROWS if getattr(args, f"orient_by_{by}")]:
+            for by in orient:
                 correlation_key, oriented_key, strategies = ORIENT_ROWS[by]
                 row[correlation_key] = orient_fit(verifier, by, results, extract_name, features, mask, answers)
                 store_scores(results, verifier, features, "lover")
