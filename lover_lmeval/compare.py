@@ -6,7 +6,8 @@ same in-process results: the supervised ceiling (when `supervised_verifier=` is 
 distinct answers per question, accuracy as a function of N (the first n branches, verifier refit
 label-free on them), a cross-fitted supervised ceiling (`supervised_cv_*`), verifier diagnostics (AUROC,
 calibration, group statistics; diagnostics.py) and, with `--layers`, a label-free layer sweep. Writes
-`leaderboard.md`, `leaderboard.json`, `accuracy_vs_n.png` (and `accuracy_vs_layer.png`).
+`leaderboard.md`, `leaderboard.json` (with every strategy's 0/1 outcome per doc_id), `accuracy_vs_n.png` (and
+`accuracy_vs_layer.png`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def verifier_rows(results: list, gold: list[str], extract, verifier: str, prefix
             for reduce in ("max", "sum")}
 
 
-def table_from_samples(samples: list[dict], extract) -> tuple[dict[str, np.ndarray], list, list[str]]:
-    """Per-strategy 0/1 correctness over questions (sorted by doc_id), the results, and the targets."""
+def table_from_samples(samples: list[dict], extract) -> tuple[dict[str, np.ndarray], list, list[str], list[int]]:
+    """Per-strategy 0/1 correctness over questions (sorted by doc_id), the results, the targets, the doc_ids."""
     by_filter: dict[str, dict[int, float]] = {}
     results, targets = {}, {}
     for sample in samples:
@@ -60,7 +61,7 @@ def table_from_samples(samples: list[dict], extract) -> tuple[dict[str, np.ndarr
     gold = [targets[i] for i in ids]
     if all("supervised" in getattr(r, "verifier_probs", {}) for r in ordered):
         table.update(verifier_rows(ordered, gold, extract, "supervised", "supervised"))
-    return table, ordered, gold
+    return table, ordered, gold, ids
 
 
 def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, config=None) -> dict[str, list[float]]:
@@ -173,7 +174,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         lm.extract = extract_name  # the test-time fit groups answers as this task's filters do (one model, many tasks)
         evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,
                                     gen_kwargs=gen_kwargs or None, apply_chat_template=apply_chat_template)
-        table, results, gold = table_from_samples(evaluated["samples"][task], extract)
+        table, results, gold, doc_ids = table_from_samples(evaluated["samples"][task], extract)
         if extra:
             features = batch_results(results, extract_name)[0]  # (Q, N, 2, D)
         for name, verifier in extra.items():
@@ -195,7 +196,11 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         curves[task] = accuracy_vs_n(results, gold, extract, extract_name, lm.fit_config)
         report["tasks"][task] = {"extract": extract_name, "rows": rows, "paired": paired,
                                  "distinct_answers": distinct, "accuracy_vs_n": curves[task],
-                                 "diagnostics": diagnostics}
+                                 "diagnostics": diagnostics,
+                                 # Per question, so other runs on the same questions (or a subset) can be
+                                 # compared paired later without re-running (benchmarks/paired_rows.py).
+                                 "per_question": {"doc_ids": doc_ids, "correct": {
+                                     name: correct.astype(int).tolist() for name, correct in table.items()}}}
         if layers:
             layer_curves[task] = layer_sweep(lm.model, lm.template_ids, results, gold, extract, extract_name, layers,
                                              lm.fit_config)

@@ -1,0 +1,78 @@
+"""Paired bootstrap of two leaderboard rows on the questions both cover, from saved `leaderboard.json` files.
+
+`lover compare` keeps every strategy's 0/1 outcome per doc_id, so two rows can be compared after the fact: two
+strategies of one run, or the same strategy in two runs (another fit, another verifier) on the same questions, and on a
+doc_id range only (e.g. the questions a larger run added to a smaller one):
+
+    python benchmarks/paired_rows.py RUN/leaderboard.json:lover_sum RUN/leaderboard.json:majority --docs 100:250
+    python benchmarks/paired_rows.py A/leaderboard.json:lover_sum B/leaderboard.json:lover_sum --task lover_gsm8k
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lover_lmeval.compare import bootstrap_interval, paired_bootstrap  # noqa: E402
+
+
+def outcomes(spec: str, task: str | None) -> tuple[str, dict[int, int]]:
+    """'PATH:ROW' -> (task, {doc_id: 0/1}); the task may be left out when the leaderboard has only one."""
+    path, sep, row = spec.rpartition(":")
+    if not sep or not path or not row:
+        raise SystemExit(f"{spec!r} must be PATH:ROW, e.g. results/compare/leaderboard.json:lover_sum")
+    tasks = json.loads(Path(path).read_text())["tasks"]
+    if task is None:
+        if len(tasks) != 1:
+            raise SystemExit(f"{path} has tasks {', '.join(tasks)}: pick one with --task")
+        task = next(iter(tasks))
+    if task not in tasks:
+        raise SystemExit(f"--task {task!r} is not in {path} (it has {', '.join(tasks)})")
+    if "per_question" not in tasks[task]:
+        raise SystemExit(f"{path} has no per-question outcomes: re-run `lover compare` (banked runs cost no decoding)")
+    per_question = tasks[task]["per_question"]
+    if row not in per_question["correct"]:
+        raise SystemExit(f"row {row!r} is not in {path} (rows: {', '.join(per_question['correct'])})")
+    return task, dict(zip(per_question["doc_ids"], per_question["correct"][row]))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("a", help="PATH:ROW, e.g. results/compare/leaderboard.json:lover_sum")
+    parser.add_argument("b", help="PATH:ROW, the row subtracted")
+    parser.add_argument("--task", default=None, help="task of a leaderboard with several")
+    parser.add_argument("--docs", default=None, help="doc_id range START:END (END excluded), e.g. 100:250")
+    parser.add_argument("--n_boot", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    task, a = outcomes(args.a, args.task)
+    _, b = outcomes(args.b, task)
+    ids = sorted(set(a) & set(b))
+    if args.docs:
+        try:
+            start, end = (int(x) for x in args.docs.split(":"))
+        except ValueError:
+            raise SystemExit(f"--docs {args.docs!r} must be START:END, e.g. 100:250") from None
+        ids = [i for i in ids if start <= i < end]
+    if not ids:
+        raise SystemExit(f"no question is in both rows{' within --docs ' + args.docs if args.docs else ''}")
+    rng = np.random.default_rng(args.seed)
+    first, second = (np.array([rows[i] for i in ids], dtype=float) for rows in (a, b))
+    report = {"task": task, "n": len(ids), "a": args.a, "b": args.b, "docs": args.docs,
+              "acc_a": float(first.mean()), "interval_a": bootstrap_interval(first, args.n_boot, rng),
+              "acc_b": float(second.mean()), "interval_b": bootstrap_interval(second, args.n_boot, rng),
+              "paired": paired_bootstrap(first, second, args.n_boot, rng)}
+    paired = report["paired"]
+    print(f"{task}, n = {len(ids)}{' (doc_ids ' + args.docs + ')' if args.docs else ''}: "
+          f"{report['acc_a']:.3f} − {report['acc_b']:.3f} = {paired['diff']:+.3f} "
+          f"[{paired['low']:+.3f}, {paired['high']:+.3f}], P(not better) = {paired['p_not_better']:.3f}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
