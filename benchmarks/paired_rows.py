@@ -1,11 +1,11 @@
-"""Paired bootstrap of two leaderboard rows on the questions both cover, from saved `leaderboard.json` files.
+"""Paired bootstrap of two leaderboard rows on the questions both cover, from saved `lover compare` runs.
 
-`lover compare` keeps every strategy's 0/1 outcome per doc_id, so two rows can be compared after the fact: two
-strategies of one run, or the same strategy in two runs (another fit, another verifier) on the same questions, and on a
-doc_id range only (e.g. the questions a larger run added to a smaller one):
+`lover compare` writes every strategy's 0/1 outcome per task and doc_id to `per_question.jsonl`, so two rows can be
+compared after the fact: two strategies of one run, or the same strategy in two runs (another fit, another verifier)
+on the same questions, and on a doc_id range only (e.g. the questions a larger run added to a smaller one):
 
-    python benchmarks/paired_rows.py RUN/leaderboard.json:lover_sum RUN/leaderboard.json:majority --docs 100:250
-    python benchmarks/paired_rows.py A/leaderboard.json:lover_sum B/leaderboard.json:lover_sum --task lover_gsm8k
+    python benchmarks/paired_rows.py RUN:lover_sum RUN:majority --docs 100:250
+    python benchmarks/paired_rows.py A:lover_sum B/per_question.jsonl:lover_sum --task lover_gsm8k
 """
 
 from __future__ import annotations
@@ -22,29 +22,33 @@ from lover_lmeval.compare import bootstrap_interval, paired_bootstrap  # noqa: E
 
 
 def outcomes(spec: str, task: str | None) -> tuple[str, dict[int, int]]:
-    """'PATH:ROW' -> (task, {doc_id: 0/1}); the task may be left out when the leaderboard has only one."""
+    """'RUN:ROW' (RUN a `lover compare --out` folder or its per_question.jsonl) -> (task, {doc_id: 0/1}); the task
+    may be left out when the run has only one."""
     path, sep, row = spec.rpartition(":")
     if not sep or not path or not row:
-        raise SystemExit(f"{spec!r} must be PATH:ROW, e.g. results/compare/leaderboard.json:lover_sum")
-    tasks = json.loads(Path(path).read_text())["tasks"]
+        raise SystemExit(f"{spec!r} must be RUN:ROW, e.g. results/compare:lover_sum")
+    path = Path(path) / "per_question.jsonl" if Path(path).is_dir() else Path(path)
+    if not path.is_file():
+        raise SystemExit(f"{path} does not exist: re-run `lover compare` (banked runs cost no decoding)")
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    tasks = sorted({line["task"] for line in lines})
     if task is None:
         if len(tasks) != 1:
             raise SystemExit(f"{path} has tasks {', '.join(tasks)}: pick one with --task")
-        task = next(iter(tasks))
+        task = tasks[0]
     if task not in tasks:
         raise SystemExit(f"--task {task!r} is not in {path} (it has {', '.join(tasks)})")
-    if "per_question" not in tasks[task]:
-        raise SystemExit(f"{path} has no per-question outcomes: re-run `lover compare` (banked runs cost no decoding)")
-    per_question = tasks[task]["per_question"]
-    if row not in per_question["correct"]:
-        raise SystemExit(f"row {row!r} is not in {path} (rows: {', '.join(per_question['correct'])})")
-    return task, dict(zip(per_question["doc_ids"], per_question["correct"][row]))
+    lines = [line for line in lines if line["task"] == task]
+    if row not in lines[0]:
+        rows = [name for name in lines[0] if name not in ("task", "doc_id")]
+        raise SystemExit(f"row {row!r} is not in {path} (rows: {', '.join(rows)})")
+    return task, {line["doc_id"]: line[row] for line in lines}
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("a", help="PATH:ROW, e.g. results/compare/leaderboard.json:lover_sum")
-    parser.add_argument("b", help="PATH:ROW, the row subtracted")
+    parser.add_argument("a", help="RUN:ROW, e.g. results/compare:lover_sum")
+    parser.add_argument("b", help="RUN:ROW, the row subtracted")
     parser.add_argument("--task", default=None, help="task of a leaderboard with several")
     parser.add_argument("--docs", default=None, help="doc_id range START:END (END excluded), e.g. 100:250")
     parser.add_argument("--n_boot", type=int, default=2000)

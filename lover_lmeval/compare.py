@@ -6,8 +6,8 @@ same in-process results: the supervised ceiling (when `supervised_verifier=` is 
 distinct answers per question, accuracy as a function of N (the first n branches, verifier refit
 label-free on them), a cross-fitted supervised ceiling (`supervised_cv_*`), verifier diagnostics (AUROC,
 calibration, group statistics; diagnostics.py) and, with `--layers`, a label-free layer sweep. Writes
-`leaderboard.md`, `leaderboard.json` (with every strategy's 0/1 outcome per doc_id), `accuracy_vs_n.png` (and
-`accuracy_vs_layer.png`).
+`leaderboard.md`, `leaderboard.json`, `per_question.jsonl` (every strategy's 0/1 outcome per task and doc_id),
+`accuracy_vs_n.png` (and `accuracy_vs_layer.png`).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     # test-time fit); loading refuses checkpoints made for another model, layer or templates.
     extra = {name: load_checkpoint(path, expect=lm.identity)[0] for name, path in (checkpoints or {}).items()}
     report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "identity": lm.identity, "tasks": {}}
-    curves, layer_curves = {}, {}
+    curves, layer_curves, per_question = {}, {}, []
     for task in tasks:
         extract_name = task_extractor(get_task_dict([task], manager)[task])
         extract = get_extractor(extract_name)
@@ -196,16 +196,18 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         curves[task] = accuracy_vs_n(results, gold, extract, extract_name, lm.fit_config)
         report["tasks"][task] = {"extract": extract_name, "rows": rows, "paired": paired,
                                  "distinct_answers": distinct, "accuracy_vs_n": curves[task],
-                                 "diagnostics": diagnostics,
-                                 # Per question, so other runs on the same questions (or a subset) can be
-                                 # compared paired later without re-running (benchmarks/paired_rows.py).
-                                 "per_question": {"doc_ids": doc_ids, "correct": {
-                                     name: correct.astype(int).tolist() for name, correct in table.items()}}}
+                                 "diagnostics": diagnostics}
+        # Per question, so other runs on the same questions (or a subset) can be compared paired later
+        # without re-running (benchmarks/paired_rows.py); one line per question keeps the file diffable.
+        per_question += [json.dumps({"task": task, "doc_id": doc_id,
+                                     **{name: int(correct[k]) for name, correct in table.items()}})
+                         for k, doc_id in enumerate(doc_ids)]
         if layers:
             layer_curves[task] = layer_sweep(lm.model, lm.template_ids, results, gold, extract, extract_name, layers,
                                              lm.fit_config)
             report["tasks"][task]["layer_sweep"] = layer_curves[task]
     (out / "leaderboard.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "per_question.jsonl").write_text("\n".join(per_question) + "\n")
     (out / "leaderboard.md").write_text(render_markdown(report) + "\n" + render_diagnostics(report))
     plot_curves(curves, out / "accuracy_vs_n.png")
     if layer_curves:

@@ -49,35 +49,37 @@ def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
     assert set(report["tasks"]["lover_gsm8k"]["paired"]) == {"majority", "cot_sum"}
     assert report["tasks"]["lover_gsm8k"]["accuracy_vs_n"]["n"] == [1, 2, 3]
     assert 1.0 <= report["tasks"]["lover_gsm8k"]["distinct_answers"] <= 3.0
-    saved = json.loads((tmp_path / "leaderboard.json").read_text())
-    assert saved["limit"] == 3
-    per_question = saved["tasks"]["lover_gsm8k"]["per_question"]
-    assert per_question["doc_ids"] == [0, 1, 2] and set(per_question["correct"]) == set(rows)
-    assert all(np.mean(per_question["correct"][name]) == row["acc"] for name, row in rows.items())
+    assert json.loads((tmp_path / "leaderboard.json").read_text())["limit"] == 3
+    per_question = [json.loads(line) for line in (tmp_path / "per_question.jsonl").read_text().splitlines()]
+    assert [line["doc_id"] for line in per_question] == [0, 1, 2]
+    assert set(per_question[0]) == set(rows) | {"task", "doc_id"}
+    assert all(np.mean([line[name] for line in per_question]) == row["acc"] for name, row in rows.items())
     assert "| lover_sum |" in (tmp_path / "leaderboard.md").read_text()
     assert (tmp_path / "accuracy_vs_n.png").stat().st_size > 0
 
 
 def test_paired_rows_compares_saved_outcomes_on_shared_questions(tmp_path, capsys):
-    """Run A has questions 0-3, run B questions 1-3 (in another order). lover_sum of A is 1,1,1,0 and majority
-    of B is 1,0,0 on 1-3: on the shared questions 1-3 A has 2/3, B 1/3, difference +1/3; within --docs 2:4
-    (questions 2 and 3) A 1/2, B 0/2, difference +1/2."""
+    """Run A has questions 0-3, run B questions 1-3 (in another order; named by its folder or its file).
+    lover_sum of A is 1,1,1,0 and majority of B is 1,0,0 on 1-3: on the shared questions 1-3 A has 2/3, B 1/3,
+    difference +1/3; within --docs 2:4 (questions 2 and 3) A 1/2, B 0/2, difference +1/2."""
     import sys
     sys.path.insert(0, str(REPO / "benchmarks"))
     from paired_rows import main
 
-    def leaderboard(name, doc_ids, rows):
-        path = tmp_path / name
-        task = {"per_question": {"doc_ids": doc_ids, "correct": rows}}
-        path.write_text(json.dumps({"tasks": {"lover_gsm8k": task}}))
-        return path
+    def run(name, doc_ids, rows):
+        folder = tmp_path / name
+        folder.mkdir()
+        lines = [{"task": "lover_gsm8k", "doc_id": doc_id, **{row: v[k] for row, v in rows.items()}}
+                 for k, doc_id in enumerate(doc_ids)]
+        (folder / "per_question.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        return folder
 
-    a = leaderboard("a.json", [0, 1, 2, 3], {"lover_sum": [1, 1, 1, 0]})
-    b = leaderboard("b.json", [3, 1, 2], {"majority": [0, 1, 0]})
+    a = run("a", [0, 1, 2, 3], {"lover_sum": [1, 1, 1, 0]})
+    b = run("b", [3, 1, 2], {"majority": [0, 1, 0]})
     report = main([f"{a}:lover_sum", f"{b}:majority", "--n_boot", "200"])
     assert report["n"] == 3 and abs(report["paired"]["diff"] - 1 / 3) < 1e-12
     assert "n = 3" in capsys.readouterr().out
-    assert main([f"{a}:lover_sum", f"{b}:majority", "--docs", "2:4"])["paired"]["diff"] == 0.5
+    assert main([f"{a}:lover_sum", f"{b / 'per_question.jsonl'}:majority", "--docs", "2:4"])["paired"]["diff"] == 0.5
     for bad, message in (([f"{a}:cot_sum", f"{b}:majority"], "row 'cot_sum' is not in"),
                          ([f"{a}:lover_sum", f"{b}:majority", "--docs", "2-4"], "must be START:END")):
         with pytest.raises(SystemExit, match=message):
