@@ -147,7 +147,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     from lm_eval.utils import simple_parse_args_string
 
     from .answers import get_extractor
-    from .diagnostics import cross_fit_supervised, diagnose, layer_sweep
+    from .diagnostics import branch_records, cross_fit_supervised, diagnose, layer_sweep
     from .features import check_layer
     from .model import LoverLM
     from .training import batch_results, store_scores, task_extractor
@@ -167,7 +167,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     # test-time fit); loading refuses checkpoints made for another model, layer or templates.
     extra = {name: load_checkpoint(path, expect=lm.identity)[0] for name, path in (checkpoints or {}).items()}
     report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "identity": lm.identity, "tasks": {}}
-    curves, layer_curves, per_question = {}, {}, []
+    curves, layer_curves, per_question, branches = {}, {}, [], []
     for task in tasks:
         extract_name = task_extractor(get_task_dict([task], manager)[task])
         extract = get_extractor(extract_name)
@@ -181,11 +181,14 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
             store_scores(results, verifier, features, name)
             table.update(verifier_rows(results, gold, extract, name, name))
         diagnostics = {name: diagnose(results, gold, extract, name) for name in results[0].verifier_probs}
+        scored = {name: results for name in results[0].verifier_probs}
         if cv_folds >= 2 and len(results) >= cv_folds:
             # Evaluation only: the supervised ceiling, each question scored by a verifier fit on other folds' labels.
             cross = cross_fit_supervised(results, gold, extract_name, folds=cv_folds, seed=seed)
             table.update(verifier_rows(cross, gold, extract, "supervised_cv", "supervised_cv"))
             diagnostics["supervised_cv"] = diagnose(cross, gold, extract, "supervised_cv")
+            scored["supervised_cv"] = cross
+        branches += [json.dumps(r) for r in branch_records(task, doc_ids, results, gold, extract, scored)]
         rows = {}
         for name, correct in table.items():
             low, high = bootstrap_interval(correct, n_boot, rng)
@@ -208,6 +211,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
             report["tasks"][task]["layer_sweep"] = layer_curves[task]
     (out / "leaderboard.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "per_question.jsonl").write_text("\n".join(per_question) + "\n")
+    (out / "branches.jsonl").write_text("\n".join(branches) + "\n")
     (out / "leaderboard.md").write_text(render_markdown(report) + "\n" + render_diagnostics(report))
     plot_curves(curves, out / "accuracy_vs_n.png")
     if layer_curves:

@@ -13,6 +13,8 @@ labelled ceiling and says so in its name.
 - `layer_sweep`: the label-free fit refit on features of each layer, accuracy of LoVer max/sum and
   AUROC per layer. Features come from the results when lover_hf kept them (`extra_layers=`, nearly free
   while decoding), else one pass over the branches' tokens per question for all layers.
+- `branch_records`: every branch's answer, correctness, length, CoT-decoding confidence and verifier scores,
+  one record per branch (`lover compare` writes them to `branches.jsonl`).
 - `cross_fit_supervised`: the supervised ceiling by K-fold cross-fitting on the evaluated questions:
   each fold is scored by a verifier trained with BCE on the gold labels of the other folds only.
 
@@ -50,6 +52,26 @@ def expected_calibration_error(probs: np.ndarray, correct: np.ndarray, bins: int
 def branch_correct(result, extract, gold: str) -> np.ndarray:
     """(N,) whether each branch's extracted answer equals the gold answer."""
     return np.array([(a := extract(t)) is not None and a.value == gold for t in result.texts])
+
+
+def branch_records(task: str, doc_ids: list[int], results: list, gold: list[str], extract,
+                   scored: dict[str, list]) -> list[dict]:
+    """One record per branch: answer, right or not, finish reason, length, CoT-decoding's answer-span confidence
+    and the score p_i of every verifier in `scored` (name -> results carrying it), to trace a selector's picks."""
+    from .answers import span_confidence
+
+    records = []
+    for q, (doc_id, result, target) in enumerate(zip(doc_ids, results, gold)):
+        right = branch_correct(result, extract, target)
+        scores = {name: rows[q].scores(name) for name, rows in scored.items()}
+        for k, branch in enumerate(result.branches):
+            answer = extract(branch.text)
+            records.append({"task": task, "doc_id": doc_id, "branch": k,
+                            "answer": None if answer is None else answer.value, "right": bool(right[k]),
+                            "finish": branch.finish_reason, "tokens": len(branch.token_ids),
+                            "confidence": round(span_confidence(branch.margins, branch.offsets, answer), 5),
+                            **{name: round(float(s[k]), 5) for name, s in scores.items()}})
+    return records
 
 
 def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -> dict:

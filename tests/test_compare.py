@@ -56,6 +56,10 @@ def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
     assert all(np.mean([line[name] for line in per_question]) == row["acc"] for name, row in rows.items())
     assert "| lover_sum |" in (tmp_path / "leaderboard.md").read_text()
     assert (tmp_path / "accuracy_vs_n.png").stat().st_size > 0
+    branches = [json.loads(line) for line in (tmp_path / "branches.jsonl").read_text().splitlines()]
+    assert [(b["doc_id"], b["branch"]) for b in branches] == [(q, k) for q in range(3) for k in range(3)]
+    assert all(0.0 <= b[name] <= 1.0 for b in branches for name in ("lover", "trained", "supervised_cv"))
+    assert np.mean([b["right"] for b in branches]) == diagnostics["lover"]["branch_accuracy"]
 
 
 def test_paired_rows_compares_saved_outcomes_on_shared_questions(tmp_path, capsys):

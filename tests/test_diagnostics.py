@@ -8,7 +8,7 @@ from test_verifier import make_world, planted
 
 from lover_lmeval.answers import get_extractor
 from lover_lmeval.decoding import Branch
-from lover_lmeval.diagnostics import auroc, cross_fit_supervised, diagnose, expected_calibration_error
+from lover_lmeval.diagnostics import auroc, branch_records, cross_fit_supervised, diagnose, expected_calibration_error
 from lover_lmeval.results import LoverResult
 
 EXTRACT = get_extractor("number")
@@ -79,3 +79,14 @@ def test_cross_fit_rejects_bad_folds():
     results, gold = planted_results(3, seed=1)
     with pytest.raises(ValueError, match="folds=5"):
         cross_fit_supervised(results, gold, "number", folds=5)
+
+
+def test_branch_records_by_hand():
+    """Q (doc 7, gold 3): answers 7, 3 with p+ = .1, .9 and p- = .9, .1 -> p = (p+ + 1 - p-)/2 = .1, .9;
+    each branch's one token (margin .5) covers the answer's span only if the span starts at 0, which it does not
+    ("So the answer is 7." puts the answer at 17), so CoT-decoding's confidence is 0 for both."""
+    records = branch_records("t", [7], [result(["7", "3"], [0.1, 0.9], [0.9, 0.1])], ["3"], EXTRACT,
+                             {"lover": [result(["7", "3"], [0.1, 0.9], [0.9, 0.1])]})
+    assert [(r["doc_id"], r["branch"], r["answer"], r["right"]) for r in records] == [(7, 0, "7", False), (7, 1, "3", True)]
+    assert [r["lover"] for r in records] == [pytest.approx(0.1), pytest.approx(0.9)]
+    assert all(r["finish"] == "stop" and r["tokens"] == 1 and r["confidence"] == 0.0 and r["task"] == "t" for r in records)
