@@ -6,6 +6,7 @@ on the same questions, and on a doc_id range only (e.g. the questions a larger r
 
     python benchmarks/paired_rows.py RUN:lover_sum RUN:majority --docs 100:250
     python benchmarks/paired_rows.py A:lover_sum B/per_question.jsonl:lover_sum --task lover_gsm8k
+    python benchmarks/paired_rows.py RUN:lover_sum RUN:majority --task all   # every task's questions pooled
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lover_lmeval.compare import bootstrap_interval, paired_bootstrap  # noqa: E402
 
 
-def outcomes(spec: str, task: str | None) -> tuple[str, dict[int, int]]:
-    """'RUN:ROW' (RUN a `lover compare --out` folder or its per_question.jsonl) -> (task, {doc_id: 0/1}); the task
-    may be left out when the run has only one."""
+def outcomes(spec: str, task: str | None) -> tuple[str, dict[tuple[str, int], int]]:
+    """'RUN:ROW' (RUN a `lover compare --out` folder or its per_question.jsonl) -> (task, {(task, doc_id): 0/1});
+    the task may be left out when the run has only one, and "all" pools every task's questions."""
     path, sep, row = spec.rpartition(":")
     if not sep or not path or not row:
         raise SystemExit(f"{spec!r} must be RUN:ROW, e.g. results/compare:lover_sum")
@@ -34,22 +35,22 @@ def outcomes(spec: str, task: str | None) -> tuple[str, dict[int, int]]:
     tasks = sorted({line["task"] for line in lines})
     if task is None:
         if len(tasks) != 1:
-            raise SystemExit(f"{path} has tasks {', '.join(tasks)}: pick one with --task")
+            raise SystemExit(f"{path} has tasks {', '.join(tasks)}: pick one with --task (or --task all)")
         task = tasks[0]
-    if task not in tasks:
-        raise SystemExit(f"--task {task!r} is not in {path} (it has {', '.join(tasks)})")
-    lines = [line for line in lines if line["task"] == task]
+    if task not in tasks + ["all"]:
+        raise SystemExit(f"--task {task!r} is not in {path} (it has {', '.join(tasks)}; or 'all' to pool them)")
+    lines = [line for line in lines if task in (line["task"], "all")]
     if row not in lines[0]:
         rows = [name for name in lines[0] if name not in ("task", "doc_id")]
         raise SystemExit(f"row {row!r} is not in {path} (rows: {', '.join(rows)})")
-    return task, {line["doc_id"]: line[row] for line in lines}
+    return task, {(line["task"], line["doc_id"]): line[row] for line in lines}
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", help="RUN:ROW, e.g. results/compare:lover_sum")
     parser.add_argument("b", help="RUN:ROW, the row subtracted")
-    parser.add_argument("--task", default=None, help="task of a leaderboard with several")
+    parser.add_argument("--task", default=None, help="task of a leaderboard with several, or 'all' to pool them")
     parser.add_argument("--docs", default=None, help="doc_id range START:END (END excluded), e.g. 100:250")
     parser.add_argument("--n_boot", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
             start, end = (int(x) for x in args.docs.split(":"))
         except ValueError:
             raise SystemExit(f"--docs {args.docs!r} must be START:END, e.g. 100:250") from None
-        ids = [i for i in ids if start <= i < end]
+        ids = [i for i in ids if start <= i[1] < end]
     if not ids:
         raise SystemExit(f"no question is in both rows{' within --docs ' + args.docs if args.docs else ''}")
     rng = np.random.default_rng(args.seed)

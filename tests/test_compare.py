@@ -84,6 +84,15 @@ def test_paired_rows_compares_saved_outcomes_on_shared_questions(tmp_path, capsy
     assert report["n"] == 3 and abs(report["paired"]["diff"] - 1 / 3) < 1e-12
     assert "n = 3" in capsys.readouterr().out
     assert main([f"{a}:lover_sum", f"{b / 'per_question.jsonl'}:majority", "--docs", "2:4"])["paired"]["diff"] == 0.5
+    # Two tasks with the same doc_ids are different questions: pooled, A's 1,1 vs B's 0,1 on (t1, 0), (t2, 0).
+    pooled = tmp_path / "pooled"
+    pooled.mkdir()
+    (pooled / "per_question.jsonl").write_text("".join(json.dumps(line) + "\n" for line in (
+        {"task": "t1", "doc_id": 0, "lover_sum": 1, "majority": 0}, {"task": "t2", "doc_id": 0, "lover_sum": 1, "majority": 1})))
+    assert main([f"{pooled}:lover_sum", f"{pooled}:majority", "--task", "all"])["n"] == 2
+    assert main([f"{pooled}:lover_sum", f"{pooled}:majority", "--task", "all"])["paired"]["diff"] == 0.5
+    with pytest.raises(SystemExit, match="or --task all"):
+        main([f"{pooled}:lover_sum", f"{pooled}:majority"])
     for bad, message in (([f"{a}:cot_sum", f"{b}:majority"], "row 'cot_sum' is not in"),
                          ([f"{a}:lover_sum", f"{b}:majority", "--docs", "2-4"], "must be START:END")):
         with pytest.raises(SystemExit, match=message):
