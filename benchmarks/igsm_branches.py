@@ -21,7 +21,7 @@ import numpy as np
 
 from lover_lmeval.answers import extract_number
 from lover_lmeval.loading import convert_gguf
-from lover_lmeval.tasks import IGSM_TEST_SEED, IGSM_TEST_SIZE, _igsm_docs
+from lover_lmeval.tasks import load_igsm
 
 OPS = (2, 4, 8, 16)
 SHORT_TOKENS = 5  # a bare number ("12", "The answer is 7.") and no working
@@ -37,8 +37,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(convert_gguf(Path(args.gguf)))
-    gold = {d["question"].strip(): (op, d["target"]) for op in OPS
-            for d in _igsm_docs(op, IGSM_TEST_SEED, IGSM_TEST_SIZE)}
+    gold = {d["question"].strip(): (op, d["target"]) for op in OPS for d in load_igsm(max_op=op)["test"]}
     right, tokens, cut, values, golds = [], [], [], collections.Counter(), collections.Counter()
     for line in gzip.open(args.bank, "rt"):
         record = json.loads(line)
