@@ -37,7 +37,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(convert_gguf(Path(args.gguf)))
-    gold = {d["question"].strip(): (op, d["target"]) for op in OPS for d in load_igsm(max_op=op)["test"]}
+    gold = {d["question"].strip(): d["target"] for op in OPS for d in load_igsm(max_op=op)["test"]}
     right, tokens, cut, values, golds = [], [], [], collections.Counter(), collections.Counter()
     for line in gzip.open(args.bank, "rt"):
         record = json.loads(line)
@@ -45,7 +45,7 @@ def main() -> None:
         matches = [q for q in gold if q in prompt]
         if len(matches) != 1:
             raise ValueError(f"a banked prompt matches {len(matches)} iGSM test questions; is {args.bank} an iGSM bank?")
-        _, target = gold[matches[0]]
+        target = gold[matches[0]]
         golds[target] += 1
         for branch in record["branches"]:
             answer = extract_number(branch["text"])

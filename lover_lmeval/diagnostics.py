@@ -62,12 +62,12 @@ def branch_records(task: str, doc_ids: list[int], results: list, gold: list[str]
 
     records = []
     for q, (doc_id, result, target) in enumerate(zip(doc_ids, results, gold)):
-        right = branch_correct(result, extract, target)
         scores = {name: rows[q].scores(name) for name, rows in scored.items()}
         for k, branch in enumerate(result.branches):
-            answer = extract(branch.text)
+            answer = extract(branch.text)  # once per branch: it gives both the answer and whether it is right
             records.append({"task": task, "doc_id": doc_id, "branch": k,
-                            "answer": None if answer is None else answer.value, "right": bool(right[k]),
+                            "answer": None if answer is None else answer.value,
+                            "right": answer is not None and answer.value == target,
                             "finish": branch.finish_reason, "tokens": len(branch.token_ids),
                             "confidence": round(span_confidence(branch.margins, branch.offsets, answer), 5),
                             **{name: round(float(s[k]), 5) for name, s in scores.items()}})

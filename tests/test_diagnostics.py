@@ -85,8 +85,8 @@ def test_branch_records_by_hand():
     """Q (doc 7, gold 3): answers 7, 3 with p+ = .1, .9 and p- = .9, .1 -> p = (p+ + 1 - p-)/2 = .1, .9;
     each branch's one token (margin .5) covers the answer's span only if the span starts at 0, which it does not
     ("So the answer is 7." puts the answer at 17), so CoT-decoding's confidence is 0 for both."""
-    records = branch_records("t", [7], [result(["7", "3"], [0.1, 0.9], [0.9, 0.1])], ["3"], EXTRACT,
-                             {"lover": [result(["7", "3"], [0.1, 0.9], [0.9, 0.1])]})
+    scored = [result(["7", "3"], [0.1, 0.9], [0.9, 0.1])]
+    records = branch_records("t", [7], scored, ["3"], EXTRACT, {"lover": scored})
     assert [(r["doc_id"], r["branch"], r["answer"], r["right"]) for r in records] == [(7, 0, "7", False), (7, 1, "3", True)]
     assert [r["lover"] for r in records] == [pytest.approx(0.1), pytest.approx(0.9)]
     assert all(r["finish"] == "stop" and r["tokens"] == 1 and r["confidence"] == 0.0 and r["task"] == "t" for r in records)
