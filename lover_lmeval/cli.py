@@ -17,6 +17,19 @@ SUBCOMMANDS = {
 }
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Appends an option's default to its help when it has a meaningful one (not None/False/"") and the help does
+    not already say it; argparse's ArgumentDefaultsHelpFormatter would print "(default: None)" on required options."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        # identity checks: `0 in (False,)` is true, and a default of 0 should still be shown
+        meaningless = action.default is None or action.default is False or action.default in ("", argparse.SUPPRESS)
+        if not meaningless and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lover",
@@ -34,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if argv and argv[0] in SUBCOMMANDS:
         module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
-        sub = argparse.ArgumentParser(prog=f"lover {argv[0]}", description=SUBCOMMANDS[argv[0]][1])
+        sub = argparse.ArgumentParser(prog=f"lover {argv[0]}", description=SUBCOMMANDS[argv[0]][1],
+                                      formatter_class=_DefaultsFormatter)
         module.add_arguments(sub)
         return int(module.run(sub.parse_args(argv[1:])) or 0)
     args = parser.parse_args(argv)

@@ -223,11 +223,11 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
 def add_arguments(parser) -> None:
     parser.add_argument("--model_args", default="", help="lover_hf model args (verifier=..., bank=..., ...)")
     parser.add_argument("--tasks", required=True, help="comma-separated task names, e.g. lover_gsm8k")
-    parser.add_argument("--include_path", default="task_configs")
-    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--include_path", default="task_configs", help="folder of task YAMLs, as lm_eval's")
+    parser.add_argument("--limit", type=int, default=None, help="first N documents of each task (all if unset)")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--n_boot", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n_boot", type=int, default=2000, help="bootstrap resamples per interval")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the cross-fit")
     parser.add_argument("--gen_kwargs", default=None, help="as lm_eval's, e.g. max_gen_toks=128")
     parser.add_argument("--apply_chat_template", action="store_true", help="as lm_eval's (match the bank's prompts)")
     parser.add_argument("--layers", default="", help="comma-separated feature layers to sweep (label-free refit per "

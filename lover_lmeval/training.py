@@ -251,17 +251,18 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
 def add_arguments(parser) -> None:
     parser.add_argument("--model_args", default="", help="lover_hf model args, e.g. pretrained=...,gguf_file=...,layer=12")
     parser.add_argument("--task", required=True, help="task name, e.g. lover_gsm8k")
-    parser.add_argument("--split", default="train")
+    parser.add_argument("--split", default="train", help="train or test (the task's own split names)")
     parser.add_argument("--limit", type=int, default=None, help="first N documents of the split")
     parser.add_argument("--out", required=True, help="checkpoint path (.safetensors); .json/.report.json/.losses.png beside it")
-    parser.add_argument("--include_path", default="task_configs")
+    parser.add_argument("--include_path", default="task_configs", help="folder of task YAMLs, as lm_eval's")
     parser.add_argument("--supervised", action="store_true", help="ceiling baseline: BCE on gold correctness")
-    parser.add_argument("--losses", default="nega+intra+inter")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--losses", default="nega+intra+inter", help="'+'-separated subset of the "
+                        "terms in losses.ALLOWED_TERMS: the paper's nega, intra, inter; inter_raw, inter_logic: variants")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fit (initialisation, batching, restarts)")
     parser.add_argument("--fit_config", default="", help="more VerifierConfig fields, ';'-separated, e.g. "
                         "'curriculum=0.2;epochs=60' (losses and seed have their own options)")
     parser.add_argument("--bank", default=None, help="branch bank file (default: in the lover-lmeval cache dir)")
-    parser.add_argument("--apply_chat_template", action="store_true")
+    parser.add_argument("--apply_chat_template", action="store_true", help="as lm_eval's (match the bank's prompts)")
     parser.add_argument("--banked_only", action="store_true", help="train on the banked questions among the first "
                         "--limit only (never decode), e.g. while the bank is still growing")
     parser.add_argument("--gen_kwargs", default="", help="override the task's generation kwargs, e.g. max_gen_toks=128")

@@ -174,6 +174,16 @@ def test_lover_cli_help():
     assert "igsm" in out.stdout and "train" in out.stdout
 
 
+def test_subcommand_help_shows_meaningful_defaults_only(capsys):
+    from lover_lmeval.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["igsm", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "irrelevant sentences (0..10) (default: 0)" in text  # a 0 default is shown (0 == False in Python)
+    assert "output .jsonl path (default" not in text  # a required option has no "(default: None)"
+
+
 def test_gguf_is_converted_once_and_identified_by_its_sha256(smollm2_dir):
     import json
     import time
