@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from lover_lmeval.answers import extract_number
+from lover_lmeval.diagnostics import answer_right
 from lover_lmeval.loading import convert_gguf
 from lover_lmeval.tasks import load_igsm
 
@@ -50,7 +51,7 @@ def main() -> None:
         for branch in record["branches"]:
             answer = extract_number(branch["text"])
             values[answer.value if answer else None] += 1
-            right.append(answer is not None and answer.value == target)
+            right.append(answer_right(answer, target))
             tokens.append(len(branch["token_ids"]))
             cut.append(branch["finish_reason"] == "length")
     right, tokens, cut = np.array(right), np.array(tokens), np.array(cut)

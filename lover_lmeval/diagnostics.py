@@ -49,9 +49,14 @@ def expected_calibration_error(probs: np.ndarray, correct: np.ndarray, bins: int
                      for b in range(bins) if (index == b).any()))
 
 
+def answer_right(answer, gold: str) -> bool:
+    """Whether an extracted answer (an `answers.Answer`, or None when nothing was extracted) equals the gold one."""
+    return answer is not None and answer.value == gold
+
+
 def branch_correct(result, extract, gold: str) -> np.ndarray:
     """(N,) whether each branch's extracted answer equals the gold answer."""
-    return np.array([(a := extract(t)) is not None and a.value == gold for t in result.texts])
+    return np.array([answer_right(extract(text), gold) for text in result.texts])
 
 
 def branch_records(task: str, doc_ids: list[int], results: list, gold: list[str], extract,
@@ -67,7 +72,7 @@ def branch_records(task: str, doc_ids: list[int], results: list, gold: list[str]
             answer = extract(branch.text)  # once per branch: it gives both the answer and whether it is right
             records.append({"task": task, "doc_id": doc_id, "branch": k,
                             "answer": None if answer is None else answer.value,
-                            "right": answer is not None and answer.value == target,
+                            "right": answer_right(answer, target),
                             "finish": branch.finish_reason, "tokens": len(branch.token_ids),
                             "confidence": round(span_confidence(branch.margins, branch.offsets, answer), 5),
                             **{name: round(float(s[k]), 5) for name, s in scores.items()}})
