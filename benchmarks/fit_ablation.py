@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import time
+from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
@@ -35,6 +36,21 @@ ORIENT_ROWS = {"confidence": ("confidence_correlation", "oriented_confidence", (
                "vote": ("vote_correlation", "oriented", ("lover_max", "lover_sum"))}
 
 
+def center_by_answer(results, extract) -> None:
+    """Subtract from every branch's features (2, D) the mean over all branches, of all questions, whose extracted
+    answer is the same string (no answer: its own class). Label-free: the answers are the model's, not gold."""
+    import numpy as np
+
+    answers = [[None if (a := extract(text)) is None else a.value for text in r.texts] for r in results]
+    by_answer = defaultdict(list)
+    for r, row in zip(results, answers):
+        for features, answer in zip(r.features, row):  # features (2, D)
+            by_answer[answer].append(features)
+    means = {answer: np.mean(rows, axis=0) for answer, rows in by_answer.items()}  # each (2, D)
+    for r, row in zip(results, answers):
+        r.features = r.features - np.stack([means[answer] for answer in row])  # (N, 2, D)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
@@ -46,6 +62,9 @@ def main():
     p.add_argument("--specs", default="|".join(SPECS), help="'|'-separated specs (see above)")
     p.add_argument("--center-questions", action="store_true",
                    help="experiment: subtract each question's mean x+ / x- feature (over its own branches) first")
+    p.add_argument("--center-answers", action="store_true",
+                   help="experiment: subtract the mean x+ / x- feature of all branches giving the same answer "
+                        "(across questions; label-free), so that the fit cannot separate answers by their text alone")
     p.add_argument("--orient-by-vote", action="store_true",
                    help="experiment: also report each fit with its scores flipped (p -> 1 - p, i.e. p+ and p- "
                         "swapped) when, label-free, they fall as the share of branches agreeing with a branch rises")
@@ -67,6 +86,7 @@ def main():
     from lover_lmeval.compare import paired_bootstrap
     from lover_lmeval.diagnostics import diagnose, strategy_correct
     from lover_lmeval.model import LoverLM
+    from lover_lmeval.selection import select
     from lover_lmeval.training import batch_results, fit_on_results, orient_fit, store_scores, task_extractor
     from lover_lmeval.verifier import VerifierConfig, config_from_string
 
@@ -109,6 +129,8 @@ def main():
             r.features = at_base if layer == lm.layer else r.layer_features[layer]
             if args.center_questions:  # label-free: only this question's own branches
                 r.features = r.features - r.features.mean(axis=0, keepdims=True)  # (N, 2, D)
+        if args.center_answers:
+            center_by_answer(results, extract)
         if orient:  # the orientation's inputs depend on this layer's features, not on the fit
             features, mask, _, answers = batch_results(results, extract_name)
         for spec in args.specs.split("|"):
@@ -117,6 +139,10 @@ def main():
             verifier = fit_on_results(results, extract_name, config)  # label-free; scores the results in place
             fit_s = time.perf_counter() - t0
             scored, fit_correct = summary(("lover_max", "lover_sum", "majority", "greedy"))
+            picks = Counter(select(r, "lover_sum", extract) for r in results)
+            scored["lover_sum_top_pick_share"] = picks.most_common(1)[0][1] / len(results)
+            scored["lover_sum_minus_majority"] = paired_bootstrap(
+                fit_correct, strategy_correct(results, gold, "majority", extract), 10_000, np.random.default_rng(0))
             row = {"layer": layer, "spec": spec, "fit_s": fit_s,
                    "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))), **scored}
             for by in orient:
