@@ -121,7 +121,7 @@ def plot_curves(curves: dict[str, dict], path: Path, x: str = "n", xlabel: str =
 def render_diagnostics(report: dict) -> str:
     keys = ("auroc_pooled", "auroc_per_question_mean", "mean_score_correct", "mean_score_incorrect", "ece",
             "branch_accuracy", "groups_per_question", "gold_among_answers", "gold_group_largest",
-            "gold_group_top_scored")
+            "gold_group_top_scored", "top_pick_share")
     lines = ["| task | verifier | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
     for task, entry in report["tasks"].items():
         for name, diag in entry.get("diagnostics", {}).items():

@@ -211,7 +211,7 @@ class LoverLM(HFLM):
                 bar.update(len(chunk))
         bar.close()
         if self.fit_at_test_time:
-            from .training import fit_on_results, warn_if_one_sided
+            from .training import fit_on_results, warn_if_constant_answer, warn_if_one_sided
 
             # One fit per task: the inter-group constraint compares answers to the same kind of question, and
             # a run of several tasks must score each exactly as a run of that task alone would.
@@ -221,6 +221,7 @@ class LoverLM(HFLM):
             for task, task_results in by_task.items():
                 fit_on_results(task_results, extract=self.extract, config=self.fit_config)
                 warn_if_one_sided(task_results, task)
+                warn_if_constant_answer(task_results, task, self.extract)
         return results
 
     @torch.no_grad()

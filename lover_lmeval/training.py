@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 
 from .answers import get_extractor, span_confidence
 from .checkpoints import save_checkpoint
+from .selection import select
 from .verifier import VerifierConfig, config_from_string, fit
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,19 @@ def one_sided(scores: np.ndarray, edge: float = 0.05, share: float = 0.95) -> st
     return None
 
 
+def constant_answer(picks: list[str], share: float = 0.95, min_questions: int = 20) -> str | None:
+    """The answer picked in at least `share` of the questions (at least `min_questions` of them), else None.
+
+    A label-free sign of a fit that separated the answers' texts instead of right from wrong: on a task with few
+    possible answers (yes/no, True/False) it then gives the same answer to every question, and scores that
+    answer's base rate (benchmarks/RESULTS.md run 10: every binary test-time fit at full size did).
+    """
+    if len(picks) < min_questions:
+        return None
+    answer, count = Counter(picks).most_common(1)[0]
+    return answer if count >= share * len(picks) else None
+
+
 def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
     """Test-time fit: train label-free on these results' own branches, then score them in place."""
     config = config or VerifierConfig()
@@ -150,6 +165,18 @@ def warn_if_one_sided(results, task: str | None) -> None:
                     "within 0.05 of %d): LoVer's pick among the answers is then close to arbitrary; compare it with "
                     "majority voting before trusting it (lover compare), or use a verifier trained with "
                     "`lover train`.", len(results), task or "this run", corner, corner == "true")
+
+
+def warn_if_constant_answer(results, task: str | None, extract: str) -> None:
+    """Log a warning when LoVer(sum) with the test-time fit gives (almost) every question the same answer."""
+    picks = [select(r, "lover_sum", get_extractor(extract)) for r in results]
+    answer = constant_answer(picks)
+    if answer is not None:
+        share = picks.count(answer) / len(picks)
+        log.warning("the test-time fit on %d questions of %s picks the answer %r in %.0f%% of them: it has separated "
+                    "the answers' texts, not right from wrong, so LoVer scores that answer's base rate; compare it "
+                    "with majority voting and greedy decoding before trusting it (lover compare).",
+                    len(results), task or "this run", answer, 100 * share)
 
 
 def task_extractor(task) -> str:

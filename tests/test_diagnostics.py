@@ -41,7 +41,8 @@ def test_expected_calibration_error_by_hand():
 def test_diagnose_group_statistics_by_hand():
     """Q1: answers 7, 7, 3 (gold 3): majority wrong; scores p = (p+ + 1 - p-)/2 = .1, .2, .9 -> top-scored right.
     Q2: answers 5, 5, 5 (gold 4): gold absent. Pooled correct = [0,0,1,0,0,0]; scores [.1,.2,.9,.5,.5,.5]:
-    the correct .9 beats all 5 incorrect -> AUROC 1.0; only Q1 has both classes."""
+    the correct .9 beats all 5 incorrect -> AUROC 1.0; only Q1 has both classes. LoVer(sum) picks 3 (.9 > .1 + .2)
+    and 5: two different answers -> top pick share 1/2."""
     results = [result(["7", "7", "3"], [0.1, 0.2, 0.9], [0.9, 0.8, 0.1]),
                result(["5", "5", "5"], [0.5, 0.5, 0.5], [0.5, 0.5, 0.5])]
     diag = diagnose(results, ["3", "4"], EXTRACT)
@@ -50,6 +51,7 @@ def test_diagnose_group_statistics_by_hand():
     assert (diag["gold_among_answers"], diag["gold_group_largest"], diag["gold_group_top_scored"]) == (0.5, 0.0, 0.5)
     assert diag["branch_accuracy"] == pytest.approx(1 / 6)
     assert diag["mean_score_correct"] == pytest.approx(0.9) and diag["mean_score_incorrect"] == pytest.approx(0.36)
+    assert diag["top_pick_share"] == 0.5
 
 
 def planted_results(n_q: int, seed: int):

@@ -81,6 +81,37 @@ def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
     assert one_sided(np.array([])) is None
 
 
+def test_constant_answer_flags_fits_that_give_every_question_the_same_answer():
+    """navigate, run 10: "no" in 250 of 250 -> "no"; 19 of 20 = 95% -> flagged; 18 of 20 = 90% -> not; under 20
+    questions (e.g. `--limit 10`) one answer everywhere is too likely by chance to warn about."""
+    from lover_lmeval.training import constant_answer
+
+    assert constant_answer(["no"] * 250) == "no"
+    assert constant_answer(["False"] * 19 + ["True"]) == "False"
+    assert constant_answer(["no"] * 18 + ["yes"] * 2) is None
+    assert constant_answer(["yes"] * 10) is None
+    assert constant_answer([]) is None
+
+
+def test_warn_if_constant_answer_names_the_answer_its_share_and_the_task(caplog):
+    """20 questions, each with branches answering 3 (scored .9) and 4 (.1, .2): LoVer(sum) picks 3 everywhere."""
+    from lover_lmeval.decoding import Branch
+    from lover_lmeval.results import LoverResult
+    from lover_lmeval.training import warn_if_constant_answer
+
+    def result(p_pos):
+        branches = [Branch(f"So the answer is {a}.", [1], [0.5], [(0, 1)], "stop") for a in ("3", "4", "4")]
+        return LoverResult(branches, None, {"lover": np.stack([p_pos, 1 - np.array(p_pos)], axis=-1)})
+
+    with caplog.at_level("WARNING", logger="lover_lmeval.training"):
+        warn_if_constant_answer([result([0.9, 0.1, 0.2])] * 19 + [result([0.1, 0.9, 0.9])], "lover_gsm8k", "number")
+    assert "picks the answer '3' in 95% of them" in caplog.text and "lover_gsm8k" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lover_lmeval.training"):
+        warn_if_constant_answer([result([0.9, 0.1, 0.2])] * 18 + [result([0.1, 0.9, 0.9])] * 2, "lover_gsm8k", "number")
+    assert caplog.text == ""
+
+
 def test_vote_orientation_is_label_free_and_stored_in_the_checkpoint(tmp_path, monkeypatch, tiny_model_dir):
     clean, meta = _train(tmp_path, monkeypatch, tiny_model_dir, "oriented", fit_config="orient=vote")
     scrambled, _ = _train(tmp_path, monkeypatch, tiny_model_dir, "oriented-scrambled", scramble=True,
