@@ -18,7 +18,6 @@ import torch
 
 from .answers import get_extractor, span_confidence
 from .checkpoints import save_checkpoint
-from .selection import select
 from .verifier import VerifierConfig, config_from_string, fit
 
 log = logging.getLogger(__name__)
@@ -169,6 +168,8 @@ def warn_if_one_sided(results, task: str | None) -> None:
 
 def warn_if_constant_answer(results, task: str | None, extract: str) -> None:
     """Log a warning when LoVer(sum) with the test-time fit gives (almost) every question the same answer."""
+    from .selection import select  # selection is an lm-eval filter; fitting and checkpoints work without lm-eval
+
     picks = [select(r, "lover_sum", get_extractor(extract)) for r in results]
     answer = constant_answer(picks)
     if answer is not None:
