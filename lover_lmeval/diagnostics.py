@@ -9,7 +9,7 @@ labelled ceiling and says so in its name.
   correct and incorrect branches), mean score of correct vs incorrect branches, expected calibration
   error (10 equal-width bins, p_i read as P(branch correct)), and answer-group statistics: groups per
   question, gold among the answers (pass@N), gold group largest (majority right), gold group scored
-  highest (the verifier's pick right), and the share of questions given LoVer(sum)'s most common pick (near 1: a
+  highest (the verifier's pick right), and the share of answered questions given LoVer(sum)'s most common pick (near 1: a
   constant answer, the fit separated the answers' texts rather than right from wrong; RESULTS.md run 10).
 - `layer_sweep`: the label-free fit refit on features of each layer, accuracy of LoVer max/sum and
   AUROC per layer. Features come from the results when lover_hf kept them (`extra_layers=`, nearly free
@@ -23,6 +23,8 @@ Dimensions: Q questions, N branches, L layers, D hidden size.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import torch
@@ -90,7 +92,7 @@ def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -
     gold_in = [g in grp for g, grp in zip(gold, groups)]
     largest = [select(r, "majority", extract) == g for r, g in zip(results, gold)]
     top_scored = [select(r, "lover_max", extract, verifier=verifier) == g for r, g in zip(results, gold)]
-    picks = [select(r, "lover_sum", extract, verifier=verifier) for r in results]
+    picks = Counter(pick for r in results if (pick := select(r, "lover_sum", extract, verifier=verifier)))
     return {
         "verifier": verifier, "questions": len(results), "branches": int(len(pooled_s)),
         "branch_accuracy": float(pooled_c.mean()),
@@ -104,7 +106,7 @@ def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -
         "gold_among_answers": float(np.mean(gold_in)),
         "gold_group_largest": float(np.mean(largest)),
         "gold_group_top_scored": float(np.mean(top_scored)),
-        "top_pick_share": max(map(picks.count, picks)) / len(picks),
+        "top_pick_share": max(picks.values()) / picks.total() if picks else None,
     }
 
 

@@ -129,16 +129,18 @@ def one_sided(scores: np.ndarray, edge: float = 0.05, share: float = 0.95) -> st
 
 
 def constant_answer(picks: list[str], share: float = 0.95, min_questions: int = 20) -> str | None:
-    """The answer picked in at least `share` of the questions (at least `min_questions` of them), else None.
+    """The answer picked in at least `share` of the questions with an answer ("" = no branch gave one; at least
+    `min_questions` of them), else None.
 
     A label-free sign of a fit that separated the answers' texts instead of right from wrong: on a task with few
     possible answers (yes/no, True/False) it then gives the same answer to every question, and scores that
     answer's base rate (benchmarks/RESULTS.md run 10: every binary test-time fit at full size did).
     """
-    if len(picks) < min_questions:
+    answered = [pick for pick in picks if pick]
+    if len(answered) < min_questions:
         return None
-    answer, count = Counter(picks).most_common(1)[0]
-    return answer if count >= share * len(picks) else None
+    answer, count = Counter(answered).most_common(1)[0]
+    return answer if count >= share * len(answered) else None
 
 
 def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
@@ -173,7 +175,7 @@ def warn_if_constant_answer(results, task: str | None, extract: str) -> None:
     picks = [select(r, "lover_sum", get_extractor(extract)) for r in results]
     answer = constant_answer(picks)
     if answer is not None:
-        share = picks.count(answer) / len(picks)
+        share = picks.count(answer) / sum(1 for pick in picks if pick)
         log.warning("the test-time fit on %d questions of %s picks the answer %r in %.0f%% of them: it has separated "
                     "the answers' texts, not right from wrong, so LoVer scores that answer's base rate; compare it "
                     "with majority voting and greedy decoding before trusting it (lover compare).",

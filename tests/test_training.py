@@ -83,7 +83,7 @@ def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
 
 def test_constant_answer_flags_fits_that_give_every_question_the_same_answer():
     """navigate, run 10: "no" in 250 of 250 -> "no"; 19 of 20 = 95% -> flagged; 18 of 20 = 90% -> not; under 20
-    questions (e.g. `--limit 10`) one answer everywhere is too likely by chance to warn about."""
+    answered questions (e.g. `--limit 10`) one answer everywhere is too likely by chance to warn about."""
     from lover_lmeval.training import constant_answer
 
     assert constant_answer(["no"] * 250) == "no"
@@ -91,6 +91,8 @@ def test_constant_answer_flags_fits_that_give_every_question_the_same_answer():
     assert constant_answer(["no"] * 18 + ["yes"] * 2) is None
     assert constant_answer(["yes"] * 10) is None
     assert constant_answer([]) is None
+    assert constant_answer([""] * 20) is None  # no branch answered: nothing was picked
+    assert constant_answer(["no"] * 20 + [""] * 5) == "no"  # share among the answered questions
 
 
 def test_warn_if_constant_answer_names_the_answer_its_share_and_the_task(caplog):
