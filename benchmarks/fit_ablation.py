@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
@@ -87,7 +87,7 @@ def main():
     from lover_lmeval.diagnostics import diagnose, strategy_correct
     from lover_lmeval.model import LoverLM
     from lover_lmeval.selection import select
-    from lover_lmeval.training import batch_results, fit_on_results, orient_fit, store_scores, task_extractor
+    from lover_lmeval.training import batch_results, fit_on_results, orient_fit, store_scores, task_extractor, top_pick
     from lover_lmeval.verifier import VerifierConfig, config_from_string
 
     gguf = Path.home() / ".cache" / "lover-models" / f"{args.model}.gguf"
@@ -139,8 +139,7 @@ def main():
             verifier = fit_on_results(results, extract_name, config)  # label-free; scores the results in place
             fit_s = time.perf_counter() - t0
             scored, fit_correct = summary(("lover_max", "lover_sum", "majority", "greedy"))
-            picks = Counter(select(r, "lover_sum", extract) for r in results)
-            scored["lover_sum_top_pick_share"] = picks.most_common(1)[0][1] / len(results)
+            scored["lover_sum_top_pick_share"] = top_pick([select(r, "lover_sum", extract) for r in results])[1]
             scored["lover_sum_minus_majority"] = paired_bootstrap(
                 fit_correct, strategy_correct(results, gold, "majority", extract), 10_000, np.random.default_rng(0))
             row = {"layer": layer, "spec": spec, "fit_s": fit_s,

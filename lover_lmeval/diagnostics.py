@@ -24,13 +24,12 @@ Dimensions: Q questions, N branches, L layers, D hidden size.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import torch
 
 from .results import LoverResult
 from .selection import group_answers, select
+from .training import top_pick
 
 
 def auroc(scores: np.ndarray, correct: np.ndarray) -> float | None:
@@ -92,7 +91,7 @@ def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -
     gold_in = [g in grp for g, grp in zip(gold, groups)]
     largest = [select(r, "majority", extract) == g for r, g in zip(results, gold)]
     top_scored = [select(r, "lover_max", extract, verifier=verifier) == g for r, g in zip(results, gold)]
-    picks = Counter(pick for r in results if (pick := select(r, "lover_sum", extract, verifier=verifier)))
+    top = top_pick([select(r, "lover_sum", extract, verifier=verifier) for r in results])
     return {
         "verifier": verifier, "questions": len(results), "branches": int(len(pooled_s)),
         "branch_accuracy": float(pooled_c.mean()),
@@ -106,7 +105,7 @@ def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -
         "gold_among_answers": float(np.mean(gold_in)),
         "gold_group_largest": float(np.mean(largest)),
         "gold_group_top_scored": float(np.mean(top_scored)),
-        "top_pick_share": max(picks.values()) / picks.total() if picks else None,
+        "top_pick_share": None if top is None else top[1],
     }
 
 

@@ -139,8 +139,18 @@ def constant_answer(picks: list[str], share: float = 0.95, min_questions: int = 
     answered = [pick for pick in picks if pick]
     if len(answered) < min_questions:
         return None
-    answer, count = Counter(answered).most_common(1)[0]
-    return answer if count >= share * len(answered) else None
+    answer, top_share = top_pick(answered)
+    return answer if top_share >= share else None
+
+
+def top_pick(picks: list[str]) -> tuple[str, float] | None:
+    """The most common of the questions' picks and its share among the answered questions ("" = no branch gave an
+    answer); None when no question was answered."""
+    answered = Counter(pick for pick in picks if pick)
+    if not answered:
+        return None
+    answer, count = answered.most_common(1)[0]
+    return answer, count / answered.total()
 
 
 def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
@@ -172,10 +182,11 @@ def warn_if_constant_answer(results, task: str | None, extract: str) -> None:
     """Log a warning when LoVer(sum) with the test-time fit gives (almost) every question the same answer."""
     from .selection import select  # selection is an lm-eval filter; fitting and checkpoints work without lm-eval
 
-    picks = [select(r, "lover_sum", get_extractor(extract)) for r in results]
+    extract_answer = get_extractor(extract)
+    picks = [select(r, "lover_sum", extract_answer) for r in results]
     answer = constant_answer(picks)
     if answer is not None:
-        share = picks.count(answer) / sum(1 for pick in picks if pick)
+        share = top_pick(picks)[1]
         log.warning("the test-time fit on %d questions of %s picks the answer %r in %.0f%% of them: it has separated "
                     "the answers' texts, not right from wrong, so LoVer scores that answer's base rate; compare it "
                     "with majority voting and greedy decoding before trusting it (lover compare).",
