@@ -59,7 +59,8 @@ def main():
     p.add_argument("--limit", type=int, default=120)
     p.add_argument("--bank", required=True)
     p.add_argument("--layers", default="", help="comma-separated feature layers (default: the middle one)")
-    p.add_argument("--specs", default="|".join(SPECS), help="'|'-separated specs (see above)")
+    p.add_argument("--specs", default="|".join(SPECS), help="'|'-separated specs (see above); each later spec's "
+                   "LoVer(sum) is compared with the first's, paired over the questions")
     p.add_argument("--center-questions", action="store_true",
                    help="experiment: subtract each question's mean x+ / x- feature (over its own branches) first")
     p.add_argument("--center-answers", action="store_true",
@@ -123,6 +124,7 @@ def main():
 
     orient = [by for by in ORIENT_ROWS if getattr(args, f"orient_by_{by}")]
     rows = []
+    first_spec_correct = {}  # layer -> LoVer(sum) correctness of the first spec, the others' paired reference
     base = [r.features for r in results]
     for layer in layers:
         for r, at_base in zip(results, base):
@@ -142,6 +144,11 @@ def main():
             scored["lover_sum_top_pick_share"] = top_pick([select(r, "lover_sum", extract) for r in results])[1]
             scored["lover_sum_minus_majority"] = paired_bootstrap(
                 fit_correct, strategy_correct(results, gold, "majority", extract), 10_000, np.random.default_rng(0))
+            if layer in first_spec_correct:
+                scored["lover_sum_minus_first_spec"] = paired_bootstrap(
+                    fit_correct, first_spec_correct[layer], 10_000, np.random.default_rng(0))
+            first_spec_correct.setdefault(layer, fit_correct)
+            scored["lover_sum_correct"] = [int(c) for c in fit_correct]
             row = {"layer": layer, "spec": spec, "fit_s": fit_s,
                    "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))), **scored}
             for by in orient:

@@ -146,19 +146,20 @@ def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[
 def cross_fit_supervised(results: list, gold: list[str], extract_name: str, folds: int = 2, seed: int = 0,
                          config=None) -> list:
     """Copies of `results` scored by a supervised verifier ("supervised_cv") trained on the other folds."""
-    from .training import batch_results, gold_labels, store_scores
+    from .training import answer_ids, batch_results, gold_labels, store_scores
     from .verifier import VerifierConfig, fit
 
     if not 2 <= folds <= len(results):
         raise ValueError(f"folds={folds} must be between 2 and the number of questions ({len(results)}).")
     features, mask, groups, answers = batch_results(results, extract_name)  # (Q, N, 2, D), (Q, N), (Q, N)
     labels = gold_labels(answers, gold, mask.shape[1])  # (Q, N)
+    ids = answer_ids(answers, mask.shape[1])  # (Q, N); only a `balance` term in config's restart choice reads it
     fold_of = np.random.default_rng(seed).permutation(len(results)) % folds
     scored = [LoverResult(r.branches, r.features, dict(r.verifier_probs), r.layer, r.prompt_ids) for r in results]
     for fold in range(folds):
         train = torch.from_numpy(fold_of != fold)
         verifier = fit(features[train], mask[train], groups[train], config or VerifierConfig(seed=seed),
-                       labels=labels[train]).verifier
+                       labels=labels[train], answer_ids=ids[train]).verifier
         held_out = [scored[q] for q in np.flatnonzero(fold_of == fold)]  # the rows of features[~train], in order
         store_scores(held_out, verifier, features[~train], "supervised_cv")
     return scored

@@ -6,6 +6,7 @@ Dimension names used throughout this module:
 * ``N`` -- solution branches per question (padded; ``mask`` marks real ones),
 * ``G`` -- answer groups per question.  Group ids live in ``[0, N)`` so we
   always allocate ``G = N`` group slots; unused slots are simply empty.
+* ``A`` -- distinct answer strings across the batch (only :func:`balance_loss` looks across questions).
 
 Every loss takes probabilities ``p_pos = p(x+)`` and ``p_neg = p(x-)`` of shape
 ``(Q, N)``, sums its per-branch / per-group terms within each question and
@@ -25,8 +26,11 @@ import torch.nn.functional as F
 EPS = 1e-8
 
 #: Loss terms understood by :func:`parse_loss_spec` / :func:`total_loss`.
-ALLOWED_TERMS = ("nega", "intra", "inter", "inter_raw", "inter_logic", "supervised")
+ALLOWED_TERMS = ("nega", "intra", "inter", "inter_raw", "inter_logic", "balance", "supervised")
 _INTER_TERMS = ("inter", "inter_raw", "inter_logic")
+#: An answer string takes part in :func:`balance_loss` once it is a candidate in this many questions of a batch:
+#: two-answer tasks and iGSM's 23 residues pass in any 64-question batch, GSM8K's numbers almost never do.
+BALANCE_MIN_QUESTIONS = 5
 
 _TERM_RE = re.compile(r"^(?:(?P<w>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\*\s*)?(?P<t>[A-Za-z_]+)$")
 
@@ -185,6 +189,46 @@ def inter_logic_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tens
     return _mean_over_questions(-torch.log(p_exactly_one + EPS), mask)
 
 
+def balance_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, answer_ids: torch.Tensor,
+                 generator: torch.Generator | None = None, *,
+                 reps: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 min_questions: int = BALANCE_MIN_QUESTIONS) -> torch.Tensor:
+    """No answer string should win everywhere it appears (a label-free prior across questions; experimental).
+
+    Why it exists: on a two-answer task "always pick answer a" satisfies negation, intra- and inter-group
+    terms at once, because the features separate the answers' texts (benchmarks/RESULTS.md run 10). With
+    ``p_hat`` the normalised group distribution of :func:`inter_group_loss`, for every answer string ``a``
+    that is a candidate in ``n_a >= min_questions`` questions of the batch:
+    ``c_a = (1/n_a) sum_{q contains a} p_hat_{q,a}`` (how often ``a`` is chosen where it could be) and
+    ``u_a = (1/n_a) sum_{q contains a} 1/G_q`` (the same for a verifier without preference), and
+    ``L_balance = mean_a (c_a - u_a)^2``.  Branches without an answer (``answer_ids = -1``) do not count.
+    A constant answer on a two-answer task costs 0.25; answers split in proportion to chance cost 0.
+    """
+    _check(p_pos, mask, groups)
+    assert answer_ids.shape == p_pos.shape, f"answer_ids must be {tuple(p_pos.shape)}, got {tuple(answer_ids.shape)}"
+    reps = reps if reps is not None else sample_representatives(groups, mask, generator)
+    index, exists = reps
+    rep = _representative_probs(p_pos, mask, groups, generator, reps)  # (Q, G)
+    p_hat = rep / (rep.sum(dim=1, keepdim=True) + EPS)  # (Q, G)
+    group_answer = torch.gather(torch.where(mask, answer_ids, -1), 1, index)  # (Q, G): the group's answer string
+    counted = exists & (group_answer >= 0)  # (Q, G)
+    if not counted.any():
+        return p_pos.new_zeros(())
+    # ids are global (a whole split); renumber the ones in this batch 0..A-1 to keep the one-hot small
+    _, batch_ids = torch.unique(torch.where(counted, group_answer, -1), return_inverse=True)  # (Q, G); -1 -> 0 if any
+    batch_ids = batch_ids - int((~counted).any())
+    onehot = F.one_hot(batch_ids.clamp(min=0), int(batch_ids.max()) + 1).to(p_pos.dtype) * counted.unsqueeze(-1)  # (Q, G, A)
+    n_groups = exists.sum(dim=1).clamp(min=1).to(p_pos.dtype)  # (Q,)
+    present = onehot.amax(dim=1)  # (Q, A): a question holds each answer string in at most one group
+    n_a = present.sum(dim=0)  # (A,)
+    chosen = torch.einsum("qg,qga->a", p_hat, onehot)  # (A,)
+    chance = torch.einsum("qa,q->a", present, 1 / n_groups)  # (A,)
+    kept = n_a >= min_questions
+    if not kept.any():
+        return p_pos.new_zeros(())
+    return (((chosen - chance) / n_a.clamp(min=1)) ** 2)[kept].mean()
+
+
 def supervised_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor,
                     labels: torch.Tensor) -> torch.Tensor:
     """Supervised ceiling: ``sum_i BCE(p+_i, y_i) + BCE(p-_i, 1 - y_i)`` over real branches."""
@@ -235,11 +279,16 @@ def parse_loss_spec(spec: str | dict[str, float]) -> dict[str, float]:
 
 def loss_terms(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                terms, generator: torch.Generator | None = None,
-               labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Each named term as a differentiable scalar; the inter-group terms share one representative draw."""
+               labels: torch.Tensor | None = None, answer_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Each named term as a differentiable scalar; the inter-group and balance terms share one representative
+    draw. ``answer_ids`` (Q, N): one id per answer string across the batch, -1 for none (only ``balance`` reads it)."""
     if "supervised" in terms and labels is None:
         raise ValueError("loss term 'supervised' needs labels, but labels=None")
-    reps = sample_representatives(groups, mask, generator) if any(t in terms for t in _INTER_TERMS) else None
+    if "balance" in terms and answer_ids is None:
+        raise ValueError("loss term 'balance' needs answer_ids (one id per answer string across questions), "
+                         "but answer_ids=None")
+    shared = any(t in terms for t in (*_INTER_TERMS, "balance"))
+    reps = sample_representatives(groups, mask, generator) if shared else None
     inter = {"inter": inter_group_loss, "inter_raw": inter_raw_loss, "inter_logic": inter_logic_loss}
     values: dict[str, torch.Tensor] = {}
     for term in terms:
@@ -249,6 +298,8 @@ def loss_terms(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, gro
             values[term] = intra_group_loss(p_pos, p_neg, mask, groups)
         elif term in inter:
             values[term] = inter[term](p_pos, mask, groups, reps=reps)
+        elif term == "balance":
+            values[term] = balance_loss(p_pos, mask, groups, answer_ids, reps=reps)
         else:
             values[term] = supervised_loss(p_pos, p_neg, mask, labels)
     return values
@@ -275,14 +326,15 @@ def staged_terms(values: dict[str, torch.Tensor], threshold: float) -> set[str]:
 
 def total_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                spec: str | dict[str, float], generator: torch.Generator | None = None,
-               labels: torch.Tensor | None = None, curriculum: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+               labels: torch.Tensor | None = None, curriculum: float = 0.0,
+               answer_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Weighted sum of the terms in ``spec`` (only those :func:`staged_terms` picks, with a curriculum).
 
     Returns ``(total, terms)`` where ``total`` is the differentiable scalar and
     ``terms`` maps each term name to its unweighted value as a float (all terms, optimised or not).
     """
     weights = parse_loss_spec(spec)
-    values = loss_terms(p_pos, p_neg, mask, groups, weights, generator, labels)
+    values = loss_terms(p_pos, p_neg, mask, groups, weights, generator, labels, answer_ids)
     active = staged_terms(values, curriculum)
     total = sum(weights[t] * v for t, v in values.items() if t in active)
     return total, {t: float(v.detach()) for t, v in values.items()}

@@ -47,6 +47,17 @@ def batch_results(results, extract: str):
     return features, mask, groups, answers
 
 
+def answer_ids(answers: list[list[str | None]], width: int) -> torch.Tensor:
+    """(Q, width) long: the same id for the same answer string in every question, -1 for no answer and padding."""
+    ids: dict[str, int] = {}
+    out = torch.full((len(answers), width), -1, dtype=torch.long)
+    for q, row in enumerate(answers):
+        for i, value in enumerate(row):
+            if value is not None:
+                out[q, i] = ids.setdefault(value, len(ids))
+    return out
+
+
 def gold_labels(answers: list[list[str | None]], gold: list[str], width: int) -> torch.Tensor:
     """(Q, N) 1.0 where a branch's extracted answer equals the gold answer, 0.0 elsewhere and on padding."""
     return torch.tensor([[float(a == g) for a in row] + [0.0] * (width - len(row)) for row, g in zip(answers, gold)])
@@ -157,7 +168,7 @@ def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
     """Test-time fit: train label-free on these results' own branches, then score them in place."""
     config = config or VerifierConfig()
     features, mask, groups, answers = batch_results(results, extract)
-    verifier = fit(features, mask, groups, config).verifier
+    verifier = fit(features, mask, groups, config, answer_ids=answer_ids(answers, mask.shape[1])).verifier
     if config.orient != "none":
         correlation = orient_fit(verifier, config.orient, results, extract, features, mask, answers)
         log.info("test-time fit: Spearman(score, %s) = %+.3f -> %s", config.orient, correlation,
@@ -270,7 +281,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
                              f"{sum(not g for g in gold)} empty targets (an unlabeled split); drop --supervised.")
         labels = gold_labels(answers, gold, mask.shape[1])
     config = config_from_string(";".join([f"losses={losses}", f"seed={seed}", fit_config]))
-    result = fit(features, mask, groups, config, labels=labels)
+    result = fit(features, mask, groups, config, labels=labels, answer_ids=answer_ids(answers, mask.shape[1]))
     orientation = None  # label-free, on the training branches; a supervised fit's sign is fixed by its labels
     if config.orient != "none" and not supervised:
         correlation = orient_fit(result.verifier, config.orient, results, extract, features, mask, answers)
@@ -298,7 +309,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--include_path", default="task_configs", help="folder of task YAMLs, as lm_eval's")
     parser.add_argument("--supervised", action="store_true", help="ceiling baseline: BCE on gold correctness")
     parser.add_argument("--losses", default="nega+intra+inter", help="'+'-separated subset of the "
-                        "terms in losses.ALLOWED_TERMS: the paper's nega, intra, inter; inter_raw, inter_logic: variants")
+                        "terms in losses.ALLOWED_TERMS: the paper's nega, intra, inter; inter_raw, inter_logic: variants; "
+                        "balance: experimental cross-question prior")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fit (initialisation, batching, restarts)")
     parser.add_argument("--fit_config", default="", help="more VerifierConfig fields, ';'-separated, e.g. "
                         "'curriculum=0.2;epochs=60' (losses and seed have their own options)")

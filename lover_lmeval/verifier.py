@@ -104,8 +104,8 @@ class VerifierConfig:
         except ValueError as err:
             raise ValueError(f"losses: {err}") from None
         if "supervised" in terms:
-            raise ValueError("losses must only name unsupervised terms (nega, intra, inter, inter_raw, inter_logic); "
-                             "supervised training is selected by passing labels to fit()")
+            raise ValueError("losses must only name unsupervised terms (nega, intra, inter, inter_raw, inter_logic, "
+                             "balance); supervised training is selected by passing labels to fit()")
 
 
 def config_from_string(text: str) -> VerifierConfig:
@@ -208,7 +208,7 @@ class FitResult:
     """Final unsupervised total per restart (NaN for skipped restarts); the minimum was kept."""
 
 
-def _check_inputs(features, mask, groups, labels) -> None:
+def _check_inputs(features, mask, groups, labels, answer_ids) -> None:
     assert features.ndim == 4 and features.shape[2] == 2, (
         f"features must be (Q, N, 2, D), got {tuple(features.shape)}")
     assert mask.shape == features.shape[:2] and mask.dtype == torch.bool, (
@@ -217,6 +217,8 @@ def _check_inputs(features, mask, groups, labels) -> None:
         f"groups must be (Q, N) = {tuple(features.shape[:2])}, got {tuple(groups.shape)}")
     assert labels is None or labels.shape == features.shape[:2], (
         f"labels must be (Q, N) = {tuple(features.shape[:2])}, got {tuple(labels.shape)}")
+    assert answer_ids is None or answer_ids.shape == features.shape[:2], (
+        f"answer_ids must be (Q, N) = {tuple(features.shape[:2])}, got {tuple(answer_ids.shape)}")
     if not mask.any():
         raise ValueError("mask selects no branch: nothing to train on")
     bad = int((~torch.isfinite(features[mask])).any(dim=(1, 2)).sum())
@@ -225,16 +227,16 @@ def _check_inputs(features, mask, groups, labels) -> None:
                          "check the feature extraction (e.g. fp16 overflow) before fitting")
 
 
-def _unsupervised_eval(verifier, normalized, mask, groups, config) -> dict:
+def _unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids) -> dict:
     """Full-set unsupervised loss with a fixed representative draw, so restarts are comparable."""
     with torch.no_grad():
         p_pos, p_neg = verifier.head(normalized)
         gen = torch.Generator(device=normalized.device).manual_seed(config.seed)
-        total, terms = total_loss(p_pos, p_neg, mask, groups, config.losses, gen)
+        total, terms = total_loss(p_pos, p_neg, mask, groups, config.losses, gen, answer_ids=answer_ids)
     return {**terms, "total": float(total)}
 
 
-def _train_restart(verifier, normalized, mask, groups, labels, spec, config, gen) -> list[dict] | None:
+def _train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config, gen) -> list[dict] | None:
     """Optimise one initialisation; per-epoch mean loss terms, or None on a non-finite loss."""
     opt = torch.optim.AdamW(verifier.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     n_q = normalized.shape[0]
@@ -245,7 +247,8 @@ def _train_restart(verifier, normalized, mask, groups, labels, spec, config, gen
             p_pos, p_neg = verifier.head(normalized[idx])
             loss, terms = total_loss(p_pos, p_neg, mask[idx], groups[idx], spec, gen,
                                      None if labels is None else labels[idx],
-                                     curriculum=0.0 if labels is not None else config.curriculum)
+                                     curriculum=0.0 if labels is not None else config.curriculum,
+                                     answer_ids=None if answer_ids is None else answer_ids[idx])
             if not torch.isfinite(loss):
                 return None
             opt.zero_grad()
@@ -258,14 +261,17 @@ def _train_restart(verifier, normalized, mask, groups, labels, spec, config, gen
 
 
 def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
-        config: VerifierConfig | None = None, labels: torch.Tensor | None = None) -> FitResult:
+        config: VerifierConfig | None = None, labels: torch.Tensor | None = None,
+        answer_ids: torch.Tensor | None = None) -> FitResult:
     """Train a verifier; with ``labels`` the loss is the supervised BCE ceiling instead of ``config.losses``.
+    ``answer_ids`` (Q, N): the same id for the same answer string in any question, -1 for none; needed only by
+    the ``balance`` loss term.
 
     Either way the kept restart is the one with the lowest final *unsupervised* loss
     (``config.losses`` on the whole training set), never one chosen by labels.
     """
     config = config if config is not None else VerifierConfig()
-    _check_inputs(features, mask, groups, labels)
+    _check_inputs(features, mask, groups, labels, answer_ids)
     # padding may hold garbage; zeros keep it out of matmul gradients (NaN * 0 = NaN)
     features = features.masked_fill(~mask[..., None, None], 0)
     spec = "supervised" if labels is not None else config.losses
@@ -279,9 +285,10 @@ def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
             torch.manual_seed(rseed)
             verifier = Verifier(dim, config).to(features.device)
         verifier.load_state_dict({**verifier.state_dict(), "norm_mean": mean, "norm_std": std})
-        rows = _train_restart(verifier, normalized, mask, groups, labels, spec, config,
+        rows = _train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config,
                               torch.Generator().manual_seed(rseed + 1))
-        final = _unsupervised_eval(verifier, normalized, mask, groups, config) if rows is not None else {}
+        final = (_unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids)
+                 if rows is not None else {})
         if labels is not None and rows is not None:
             with torch.no_grad():
                 sup, _ = total_loss(*verifier.head(normalized), mask, groups, "supervised", labels=labels)

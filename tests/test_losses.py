@@ -97,6 +97,38 @@ def test_score():
     assert torch.allclose(L.score(t([0.9, 0.2]), t([0.1, 0.7])), t([0.9, 0.25]))
 
 
+def test_balance_hand_worked():
+    """Two questions, answers "yes" (id 0) and "no" (id 1) in both, min_questions=2.
+    Constant "no" (p_hat = [0, 1] twice): c = (0, 1), chance u = (0.5, 0.5) -> mean(0.25, 0.25) = 0.25.
+    q0 picks "yes", q1 "no": c = (0.5, 0.5) = u -> 0."""
+    m = torch.ones(2, 2, dtype=torch.bool)
+    g = torch.tensor([[0, 1], [0, 1]])
+    ids = torch.tensor([[0, 1], [0, 1]])
+    constant = L.balance_loss(t([[0.0, 1.0], [0.0, 1.0]]), m, g, ids, min_questions=2)
+    assert constant.item() == pytest.approx(0.25, abs=1e-6)
+    split = L.balance_loss(t([[1.0, 0.0], [0.0, 1.0]]), m, g, ids, min_questions=2)
+    assert split.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_balance_hand_worked_with_unanswered_group_and_threshold():
+    """q0: answers [yes, no, none], p+ = [0.6, 0.2, 0.2] -> p_hat = [0.6, 0.2, 0.2], G = 3;
+    q1: answers [yes, no], p+ = [0.5, 0.5] -> p_hat = [0.5, 0.5], G = 2.  Chance per answer: 1/3 + 1/2 = 5/6.
+    yes: ((0.6 + 0.5) - 5/6) / 2 = 0.133333 -> 0.017778;  no: ((0.2 + 0.5) - 5/6) / 2 = -0.066667 -> 0.004444.
+    Mean 0.011111; the unanswered branch counts only in G.  With min_questions=3 no answer qualifies -> 0."""
+    pp = t([[0.6, 0.2, 0.2], [0.5, 0.5, 0.0]])
+    m = torch.tensor([[True, True, True], [True, True, False]])
+    g = torch.tensor([[0, 1, 2], [0, 1, 0]])
+    ids = torch.tensor([[0, 1, -1], [0, 1, -1]])
+    assert L.balance_loss(pp, m, g, ids, min_questions=2).item() == pytest.approx(0.011111, abs=1e-6)
+    assert L.balance_loss(pp, m, g, ids, min_questions=3).item() == 0.0
+
+
+def test_balance_needs_answer_ids():
+    pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 1])
+    with pytest.raises(ValueError, match="answer_ids"):
+        L.total_loss(pp, pn, m, g, "nega+balance")
+
+
 def test_group_ids_out_of_range_rejected():
     pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 2])
     with pytest.raises(AssertionError, match="group ids"):
@@ -194,6 +226,23 @@ def ref_inter_logic(rep_probs):
     return ref_over_questions(rep_probs, one)
 
 
+def ref_balance(pp, m, g, index, ids, min_questions):
+    """Per answer string: over the questions holding it, mean chosen share minus mean 1/G, squared."""
+    chosen, chance, count = {}, {}, {}
+    for q in range(pp.shape[0]):
+        groups = ref_groups(m[q], g[q])
+        total = sum(pp[q, index[q, k]].item() for k in groups)
+        for k in groups:
+            answer = ids[q, groups[k][0]].item()
+            if answer < 0:
+                continue
+            chosen[answer] = chosen.get(answer, 0.0) + pp[q, index[q, k]].item() / (total + L.EPS)
+            chance[answer] = chance.get(answer, 0.0) + 1 / len(groups)
+            count[answer] = count.get(answer, 0) + 1
+    kept = [((chosen[a] - chance[a]) / count[a]) ** 2 for a in count if count[a] >= min_questions]
+    return sum(kept) / len(kept) if kept else 0.0
+
+
 def ref_supervised(pp, pn, m, y):
     per_q = []
     for q in range(pp.shape[0]):
@@ -218,6 +267,11 @@ def test_matches_loop_reference(seed):
     assert L.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_logic(reps), abs=1e-6)
     gen = torch.Generator().manual_seed(seed)
     assert L.inter_raw_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_raw(reps), abs=1e-6)
+    # group id k stands for answer string k in every question; every fourth one is "no answer"
+    ids = torch.where(g % 4 == 0, -1, g)
+    gen = torch.Generator().manual_seed(seed)
+    assert L.balance_loss(pp, m, g, ids, gen, min_questions=2).item() == pytest.approx(
+        ref_balance(pp, m, g, index, ids, 2), abs=1e-6)
 
 
 def test_representatives_are_real_members_and_uniform():
@@ -301,7 +355,7 @@ def test_parse_loss_spec_errors(bad, needle):
     with pytest.raises(ValueError, match=needle) as err:
         L.parse_loss_spec(bad)
     if "intre" in bad:
-        assert "nega, intra, inter, inter_raw, inter_logic, supervised" in str(err.value)
+        assert "nega, intra, inter, inter_raw, inter_logic, balance, supervised" in str(err.value)
 
 
 def test_total_loss_is_weighted_sum_and_shares_representatives():
