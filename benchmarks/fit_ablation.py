@@ -148,7 +148,7 @@ def main():
                 scored["lover_sum_minus_first_spec"] = paired_bootstrap(
                     fit_correct, first_spec_correct[layer], 10_000, np.random.default_rng(0))
             first_spec_correct.setdefault(layer, fit_correct)
-            scored["lover_sum_correct"] = [int(c) for c in fit_correct]
+            scored["lover_sum_correct"] = "".join(str(int(c)) for c in fit_correct)  # per question, in order
             row = {"layer": layer, "spec": spec, "fit_s": fit_s,
                    "mean_p": float(np.mean(np.concatenate([r.scores() for r in results]))), **scored}
             for by in orient:
