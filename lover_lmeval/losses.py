@@ -203,6 +203,8 @@ def balance_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, 
     ``u_a = (1/n_a) sum_{q contains a} 1/G_q`` (the same for a verifier without preference), and
     ``L_balance = mean_a (c_a - u_a)^2``.  Branches without an answer (``answer_ids = -1``) do not count.
     A constant answer on a two-answer task costs 0.25; answers split in proportion to chance cost 0.
+    Measured (RESULTS.md run 11, weight 10): it breaks the constant answer on four of five two-answer sets,
+    but the split it finds is no better than the constant, so it is not a default.
     """
     _check(p_pos, mask, groups)
     assert answer_ids.shape == p_pos.shape, f"answer_ids must be {tuple(p_pos.shape)}, got {tuple(answer_ids.shape)}"
