@@ -158,6 +158,18 @@ def test_no_signal_control_is_near_chance():
     assert acc < 0.6
 
 
+def test_balance_term_needs_answer_ids_and_is_trained(data):
+    """The cross-question `balance` term reads answer ids (here each group id stands for one answer string in every
+    question); without them the fit refuses to start, with them the term is in the history and the final losses."""
+    features, mask, groups = data[0][:3]
+    config = VerifierConfig(losses="nega+intra+inter+balance", epochs=2, restarts=1)
+    with pytest.raises(ValueError, match="answer_ids"):
+        fit(features, mask, groups, config)
+    result = fit(features, mask, groups, config, answer_ids=groups)
+    assert result.final_losses["balance"] > 0
+    assert all("balance" in row for row in result.history)
+
+
 def test_fit_result_contents(unsupervised_fit):
     r = unsupervised_fit
     assert isinstance(r, FitResult) and not r.verifier.training
