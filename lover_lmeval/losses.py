@@ -219,7 +219,8 @@ def balance_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, 
     # ids are global (a whole split); renumber the ones in this batch 0..A-1 to keep the one-hot small
     _, batch_ids = torch.unique(torch.where(counted, group_answer, -1), return_inverse=True)  # (Q, G); -1 -> 0 if any
     batch_ids = batch_ids - int((~counted).any())
-    onehot = F.one_hot(batch_ids.clamp(min=0), int(batch_ids.max()) + 1).to(p_pos.dtype) * counted.unsqueeze(-1)  # (Q, G, A)
+    onehot = F.one_hot(batch_ids.clamp(min=0), int(batch_ids.max()) + 1).to(p_pos.dtype)  # (Q, G, A)
+    onehot = onehot * counted.unsqueeze(-1)  # unanswered groups and empty slots belong to no answer
     n_groups = exists.sum(dim=1).clamp(min=1).to(p_pos.dtype)  # (Q,)
     present = onehot.amax(dim=1)  # (Q, A): a question holds each answer string in at most one group
     n_a = present.sum(dim=0)  # (A,)
