@@ -217,9 +217,10 @@ def balance_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, 
     if not counted.any():
         return p_pos.new_zeros(())
     # ids are global (a whole split); renumber the ones in this batch 0..A-1 to keep the one-hot small
-    _, batch_ids = torch.unique(torch.where(counted, group_answer, -1), return_inverse=True)  # (Q, G); -1 -> 0 if any
-    batch_ids = batch_ids - int((~counted).any())
-    onehot = F.one_hot(batch_ids.clamp(min=0), int(batch_ids.max()) + 1).to(p_pos.dtype)  # (Q, G, A)
+    _, renumbered = torch.unique(group_answer[counted], return_inverse=True)
+    batch_ids = torch.zeros_like(group_answer)  # (Q, G)
+    batch_ids[counted] = renumbered
+    onehot = F.one_hot(batch_ids, int(renumbered.max()) + 1).to(p_pos.dtype)  # (Q, G, A)
     onehot = onehot * counted.unsqueeze(-1)  # unanswered groups and empty slots belong to no answer
     n_groups = exists.sum(dim=1).clamp(min=1).to(p_pos.dtype)  # (Q,)
     present = onehot.amax(dim=1)  # (Q, A): a question holds each answer string in at most one group
