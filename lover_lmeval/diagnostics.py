@@ -29,7 +29,8 @@ import torch
 
 from .results import LoverResult
 from .selection import group_answers, select
-from .training import top_pick
+from .training import answer_ids, batch_results, fit_on_results, gold_labels, store_scores, top_pick
+from .verifier import VerifierConfig, fit
 
 
 def auroc(scores: np.ndarray, correct: np.ndarray) -> float | None:
@@ -118,7 +119,6 @@ def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[
                 layers: list[int], config=None) -> dict:
     """Refit the label-free verifier on each layer's features; accuracy (max/sum) and AUROC per layer."""
     from .features import features_from_tokens
-    from .training import fit_on_results
 
     def features_at(r, layer):  # (N, 2, D) when the result already carries this layer
         return r.features if layer == r.layer else r.layer_features.get(layer)
@@ -146,9 +146,6 @@ def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[
 def cross_fit_supervised(results: list, gold: list[str], extract_name: str, folds: int = 2, seed: int = 0,
                          config=None) -> list:
     """Copies of `results` scored by a supervised verifier ("supervised_cv") trained on the other folds."""
-    from .training import answer_ids, batch_results, gold_labels, store_scores
-    from .verifier import VerifierConfig, fit
-
     if not 2 <= folds <= len(results):
         raise ValueError(f"folds={folds} must be between 2 and the number of questions ({len(results)}).")
     features, mask, groups, answers = batch_results(results, extract_name)  # (Q, N, 2, D), (Q, N), (Q, N)
