@@ -15,7 +15,8 @@
 #   gsm8k_test   the first $GSM8K_TEST GSM8K test questions: test-time fit, both trained verifiers, layer sweep
 #   bbh_ood      the six BBH tasks scored by the GSM8K-trained verifiers (out of distribution, paper Table 7)
 #   hotpotqa     verifier trained on $TRAIN unlabeled yes/no-like questions; the 458 yes/no dev questions
-#   mmlu_pro     verifier trained on $TRAIN questions of the ten other categories; the four test categories
+#   mmlu_pro     verifier trained on $TRAIN questions of the ten other categories; the test categories
+#                $MMLU_PRO_CATEGORIES (default: the four of the paper's split)
 #   igsm         verifier trained on $TRAIN iGSM max_op 8 training problems; test max_op 2/4/8/16
 #   decoding     the first $DECODING_TEST GSM8K test questions with $DECODING_MODES branches (cot is gsm8k_test)
 set -euo pipefail
@@ -31,6 +32,7 @@ DECODING_MODES=${DECODING_MODES:-"sample beam"}  # decoding modes of the decodin
 LAYERS=${LAYERS:-3,6,9,12,15,18,21}
 IGSM_OPS=${IGSM_OPS:-"2 4 8 16"}  # iGSM max_op test sets of the igsm step
 BBH_TASKS=${BBH_TASKS:-"boolean_expressions causal_judgement multistep_arithmetic_two navigate object_counting web_of_lies"}
+MMLU_PRO_CATEGORIES=${MMLU_PRO_CATEGORIES:-"biology computer_science history physics"}  # test categories of mmlu_pro
 STEPS=${STEPS:-"gsm8k_train gsm8k_test bbh_ood hotpotqa mmlu_pro igsm decoding"}
 BANKS=${BANKS:-benchmarks/banks/$NAME}
 RESULTS=${RESULTS:-benchmarks/results/paper_$NAME}
@@ -89,7 +91,7 @@ for step in $STEPS; do
         $(verifiers trained=$CKPTS/hotpotqa-train.safetensors gsm8k=$CKPTS/gsm8k-train.safetensors) ;;
     mmlu_pro)
       train lover_mmlu_pro_biology train lover_mmlu_pro-train.jsonl.gz mmlu_pro-train.safetensors
-      compare lover_mmlu_pro_biology,lover_mmlu_pro_computer_science,lover_mmlu_pro_history,lover_mmlu_pro_physics \
+      compare "$(printf 'lover_mmlu_pro_%s,' $MMLU_PRO_CATEGORIES | sed 's/,$//')" \
         lover_mmlu_pro-test.jsonl.gz mmlu_pro "${limit[@]}" \
         $(verifiers trained=$CKPTS/mmlu_pro-train.safetensors gsm8k=$CKPTS/gsm8k-train.safetensors) ;;
     igsm)
