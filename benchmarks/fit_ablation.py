@@ -71,6 +71,9 @@ def main():
                         "swapped) when, label-free, they fall as the share of branches agreeing with a branch rises")
     p.add_argument("--orient-by-confidence", action="store_true",
                    help="experiment: the same flip, decided by CoT-decoding's answer confidence instead of the vote")
+    p.add_argument("--vote-distill", action="store_true",
+                   help="experiment: also a probe trained with BCE on the vote's labels (a branch is true when it gives "
+                        "its question's plurality answer), 2-fold cross-fitted; label-free (row spec 'vote_distill')")
     p.add_argument("--skip-unbanked", action="store_true",
                    help="use the banked questions among the first --limit (e.g. while a bank is still growing)")
     p.add_argument("--output", default=None)
@@ -85,7 +88,7 @@ def main():
 
     from lover_lmeval.answers import get_extractor
     from lover_lmeval.compare import paired_bootstrap
-    from lover_lmeval.diagnostics import diagnose, strategy_correct
+    from lover_lmeval.diagnostics import cross_fit_supervised, diagnose, strategy_correct
     from lover_lmeval.model import LoverLM
     from lover_lmeval.selection import select
     from lover_lmeval.training import batch_results, fit_on_results, orient_fit, store_scores, task_extractor, top_pick
@@ -116,9 +119,10 @@ def main():
         print(f"{len(docs) - len(kept)} of the first {len(docs)} questions are not banked: using the other {len(kept)}")
     gold = [str(task.doc_to_target(docs[i])).strip() for i in kept]
 
-    def summary(strategies):  # gold answers score the rows; the fit and its orientation never see them
-        diag = diagnose(results, gold, extract)
-        correct = {s: strategy_correct(results, gold, s, extract) for s in strategies}  # each (Q,)
+    def summary(strategies, scored=None, verifier="lover"):  # gold scores the rows; no fit or orientation sees it
+        scored = scored or results
+        diag = diagnose(scored, gold, extract, verifier)
+        correct = {s: strategy_correct(scored, gold, s, extract, verifier) for s in strategies}  # each (Q,)
         return {"auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
                 **{s: float(c.mean()) for s, c in correct.items()}}, correct["lover_sum"]
 
@@ -159,6 +163,24 @@ def main():
                 # paired over the same questions: is the oriented LoVer(sum) better or worse than the fit's own?
                 row[oriented_key]["lover_sum_minus_fit"] = paired_bootstrap(oriented_correct, fit_correct, 10_000,
                                                                             np.random.default_rng(0))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        if args.vote_distill:  # the vote's answers stand in for gold in the supervised cross-fit: no label is read
+            votes = [select(r, "majority", extract) for r in results]
+            t0 = time.perf_counter()
+            distilled = cross_fit_supervised(results, votes, extract_name, folds=2, seed=0)
+            fit_s = time.perf_counter() - t0
+            scored, distilled_correct = summary(("lover_max", "lover_sum", "majority", "cot_sum"), distilled,
+                                                "supervised_cv")
+            picks = [select(r, "lover_sum", extract, verifier="supervised_cv") for r in distilled]
+            scored["lover_sum_top_pick_share"] = top_pick(picks)[1]
+            for strategy in ("majority", "cot_sum"):
+                scored[f"lover_sum_minus_{strategy}"] = paired_bootstrap(
+                    distilled_correct, strategy_correct(results, gold, strategy, extract), 10_000,
+                    np.random.default_rng(0))
+            scored["lover_sum_correct"] = "".join(str(int(c)) for c in distilled_correct)
+            row = {"layer": layer, "spec": "vote_distill", "fit_s": fit_s,
+                   "mean_p": float(np.mean(np.concatenate([r.scores("supervised_cv") for r in distilled]))), **scored}
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.output or REPO / "benchmarks" / "results" / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
