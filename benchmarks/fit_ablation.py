@@ -126,6 +126,16 @@ def main():
         return {"auroc": diag["auroc_pooled"], "auroc_per_question": diag["auroc_per_question_mean"],
                 **{s: float(c.mean()) for s, c in correct.items()}}, correct["lover_sum"]
 
+    def selector_row(strategies, baselines, scored=None, verifier="lover"):
+        """summary() plus LoVer(sum)'s top-pick share and its paired difference from each baseline strategy."""
+        row, correct = summary(strategies, scored, verifier)
+        picks = [select(r, "lover_sum", extract, verifier=verifier) for r in scored or results]
+        row["lover_sum_top_pick_share"] = top_pick(picks)[1]
+        for baseline in baselines:
+            row[f"lover_sum_minus_{baseline}"] = paired_bootstrap(
+                correct, strategy_correct(results, gold, baseline, extract), 10_000, np.random.default_rng(0))
+        return row, correct
+
     orient = [by for by in ORIENT_ROWS if getattr(args, f"orient_by_{by}")]
     rows = []
     first_spec_correct = {}  # layer -> LoVer(sum) correctness of the first spec, the others' paired reference
@@ -144,10 +154,7 @@ def main():
             t0 = time.perf_counter()
             verifier = fit_on_results(results, extract_name, config)  # label-free; scores the results in place
             fit_s = time.perf_counter() - t0
-            scored, fit_correct = summary(("lover_max", "lover_sum", "majority", "greedy"))
-            scored["lover_sum_top_pick_share"] = top_pick([select(r, "lover_sum", extract) for r in results])[1]
-            scored["lover_sum_minus_majority"] = paired_bootstrap(
-                fit_correct, strategy_correct(results, gold, "majority", extract), 10_000, np.random.default_rng(0))
+            scored, fit_correct = selector_row(("lover_max", "lover_sum", "majority", "greedy"), ("majority",))
             if layer in first_spec_correct:
                 scored["lover_sum_minus_first_spec"] = paired_bootstrap(
                     fit_correct, first_spec_correct[layer], 10_000, np.random.default_rng(0))
@@ -170,14 +177,8 @@ def main():
             t0 = time.perf_counter()
             distilled = cross_fit_supervised(results, votes, extract_name, folds=2, seed=0)
             fit_s = time.perf_counter() - t0
-            scored, distilled_correct = summary(("lover_max", "lover_sum", "majority", "cot_sum"), distilled,
-                                                "supervised_cv")
-            picks = [select(r, "lover_sum", extract, verifier="supervised_cv") for r in distilled]
-            scored["lover_sum_top_pick_share"] = top_pick(picks)[1]
-            for strategy in ("majority", "cot_sum"):
-                scored[f"lover_sum_minus_{strategy}"] = paired_bootstrap(
-                    distilled_correct, strategy_correct(results, gold, strategy, extract), 10_000,
-                    np.random.default_rng(0))
+            scored, distilled_correct = selector_row(("lover_max", "lover_sum", "majority", "cot_sum"),
+                                                     ("majority", "cot_sum"), distilled, "supervised_cv")
             scored["lover_sum_correct"] = "".join(str(int(c)) for c in distilled_correct)
             row = {"layer": layer, "spec": "vote_distill", "fit_s": fit_s,
                    "mean_p": float(np.mean(np.concatenate([r.scores("supervised_cv") for r in distilled]))), **scored}

@@ -63,6 +63,10 @@ verifiers() {  # name=checkpoint ... -> "--verifiers a=x,b=y" for the checkpoint
   return 0
 }
 
+task_names() {  # prefix item ... -> "prefixitem,prefixitem,..."
+  printf "$1%s," "${@:2}" | sed 's/,$//'
+}
+
 compare() {  # tasks bank out [more lover-compare args]
   local tasks=$1 bank=$2 out=$3
   shift 3
@@ -91,12 +95,12 @@ for step in $STEPS; do
         $(verifiers trained=$CKPTS/hotpotqa-train.safetensors gsm8k=$CKPTS/gsm8k-train.safetensors) ;;
     mmlu_pro)
       train lover_mmlu_pro_biology train lover_mmlu_pro-train.jsonl.gz mmlu_pro-train.safetensors
-      compare "$(printf 'lover_mmlu_pro_%s,' $MMLU_PRO_CATEGORIES | sed 's/,$//')" \
+      compare "$(task_names lover_mmlu_pro_ $MMLU_PRO_CATEGORIES)" \
         lover_mmlu_pro-test.jsonl.gz mmlu_pro "${limit[@]}" \
         $(verifiers trained=$CKPTS/mmlu_pro-train.safetensors gsm8k=$CKPTS/gsm8k-train.safetensors) ;;
     igsm)
       train lover_igsm_op8 train lover_igsm-train.jsonl.gz igsm-train.safetensors
-      compare "$(printf 'lover_igsm_op%s,' $IGSM_OPS | sed 's/,$//')" lover_igsm-test.jsonl.gz igsm "${limit[@]}" \
+      compare "$(task_names lover_igsm_op $IGSM_OPS)" lover_igsm-test.jsonl.gz igsm "${limit[@]}" \
         $(verifiers trained=$CKPTS/igsm-train.safetensors gsm8k=$CKPTS/gsm8k-train.safetensors) ;;
     decoding)
       for mode in $DECODING_MODES; do
