@@ -127,6 +127,10 @@ class LoverLM(HFLM):
                              f"context window of {self.max_length} tokens; lower max_gen_toks.")
         prompts = [self._prompt_ids(c, max_ctx_len) for c in contexts]
         settings = {"decoding": asdict(self.decoding), "until": until, "max_gen_toks": max_gen_toks}
+        # Greedy branches in bf16 differ from fp32 ones (benchmarks/RESULTS.md), so they never share a record;
+        # fp32 keys stay as they were, keeping every bank decoded before dtype was part of the key valid.
+        if self.model.dtype != torch.float32:
+            settings["dtype"] = str(self.model.dtype).removeprefix("torch.")
         keys = [record_key(self.identity["model"], p, settings) for p in prompts]
         return prompts, keys, until, max_gen_toks
 

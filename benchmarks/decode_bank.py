@@ -1,0 +1,64 @@
+#!/usr/bin/env python
+"""Decode a range of a task split's documents into a branch bank (resumable; banked ones are skipped).
+
+`lover train` and `lover compare` decode the *first* K documents of a split; the dev questions of the Regime
+protocol are documents 200-265 of GSM8K's training split, which neither can pick alone. This decodes exactly
+`--docs START:END` (as lover_hf does: chat template, the task's generation kwargs, one bank record per question),
+and keeps their features at the model's layer and `extra_layers` in the local feature cache, so the later
+`lover compare` / `lover train` runs over the bank cost seconds. Example (the 1.5B dev questions, bf16):
+
+    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/python benchmarks/decode_bank.py \
+      --model_args gguf_file=$(../shared/bin/get-model qwen2.5-coder-1.5b-instruct | tail -1),dtype=bfloat16,batch_size=5 \
+      --task lover_gsm8k --split train --docs 200:266 \
+      --bank benchmarks/banks/qwen2.5-coder-1.5b-instruct/lover_gsm8k-train.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from lm_eval.tasks import TaskManager, get_task_dict
+from lm_eval.utils import simple_parse_args_string
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model_args", required=True)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--split", required=True)
+    parser.add_argument("--docs", required=True, help="START:END, document indices of the split (END excluded)")
+    parser.add_argument("--bank", required=True)
+    parser.add_argument("--gen_kwargs", default="", help="override the task's generation kwargs, e.g. max_gen_toks=256")
+    parser.add_argument("--include_path", default=str(REPO / "task_configs"))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO)
+    from lover_lmeval.model import LoverLM
+
+    start, end = (int(x) for x in args.docs.split(":"))
+    task = get_task_dict([args.task], TaskManager(include_path=args.include_path))[args.task]
+    docs = list(task.dataset[args.split])[start:end]
+    lm = LoverLM(**{**simple_parse_args_string(args.model_args), "verifier": None, "bank": args.bank})
+    contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
+                for d in docs]
+    gen_kwargs = {**(task.config.generation_kwargs or {}), **simple_parse_args_string(args.gen_kwargs)}
+    todo = [c for c, banked in zip(contexts, lm.in_bank(contexts, gen_kwargs)) if not banked]
+    print(f"{args.task}/{args.split} docs {start}:{end}: {len(contexts) - len(todo)} banked, {len(todo)} to decode",
+          flush=True)
+    batch = lm.batch_size if isinstance(lm.batch_size, int) else 1
+    for offset in range(0, len(todo), batch):
+        begin = time.perf_counter()
+        lm.decode_requests(todo[offset: offset + batch], gen_kwargs)
+        print(f"{time.strftime('%H:%M:%S')} decoded {min(offset + batch, len(todo))}/{len(todo)} "
+              f"({time.perf_counter() - begin:.0f} s for {len(todo[offset: offset + batch])}); bank {len(lm.bank)}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
