@@ -238,8 +238,8 @@ def profile_one(model, tokenizer, prompt, cfg, max_new, until, eos_ids, pad_id, 
     import io
     import pstats
 
-    from lover_lmeval.decoding import decode_branches
-    from lover_lmeval.features import assertion_features
+    from lover_lmeval.core.decoding import decode_branches
+    from lover_lmeval.core.features import assertion_features
 
     prof = cProfile.Profile()
     prof.enable()
@@ -298,9 +298,9 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-    from lover_lmeval.decoding import DecodingConfig, decode_branches
-    from lover_lmeval.features import assertion_features
-    from lover_lmeval.model import LoverLM
+    from lover_lmeval.core.decoding import DecodingConfig, decode_branches
+    from lover_lmeval.core.features import assertion_features
+    from lover_lmeval.harness.model import LoverLM
 
     started = datetime.datetime.now()
     info = machine_info()
@@ -308,8 +308,8 @@ def main(argv=None):
     (lm, load_s) = timed(LoverLM, gguf_file=str(gguf), n_branches=args.n_branches, verifier=None)
     folder = Path(lm.model.name_or_path)
     model, tok = lm.model, lm.tokenizer
-    layer, template_ids = lm.layer, lm.template_ids
-    print(f"[bench] LoverLM loaded in {load_s:.1f}s from {folder}; layer {lm.layer}", flush=True)
+    layer, template_ids = lm.pipeline.layer, lm.pipeline.template_ids
+    print(f"[bench] LoverLM loaded in {load_s:.1f}s from {folder}; layer {lm.pipeline.layer}", flush=True)
 
     contexts, gen_kwargs, targets, _ = task_requests(LOVER_TASK, REPO / "task_configs", args.n_questions)
     bench_task = check_bench_task(contexts, gen_kwargs, args.max_new_tokens)
@@ -319,7 +319,7 @@ def main(argv=None):
     max_new = args.max_new_tokens
     prompts = [lm._prompt_ids(c, lm.max_length - max_new) for c in contexts]
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else lm.eot_token_id
-    eos_ids = lm._eos_ids()
+    eos_ids = lm.pipeline.eos_ids()
     cfg = DecodingConfig(n_branches=args.n_branches, mode="cot")
     cfg1 = DecodingConfig(n_branches=1, mode="cot")
     stop_strings = [s for s in until if s]
@@ -357,11 +357,11 @@ def main(argv=None):
             rec["branch_steps"] = [c.length - c.prompt_length + 1 for c in caches]  # tokens sampled per branch
             rec["branch_kept_tokens"] = [len(br.token_ids) for br in branches]
             rec["finish"] = [br.finish_reason for br in branches]
-            feats, rec["features_s"] = timed(assertion_features, model, branches, caches, lm.template_ids, lm.layer)
+            feats, rec["features_s"] = timed(assertion_features, model, branches, caches, lm.pipeline.template_ids, lm.pipeline.layer)
             rec["features_tokens"] = sum(max(0, len(br.token_ids) - (c.length - c.prompt_length)) + len(t)
-                                         for br, c in zip(branches, caches) for t in lm.template_ids)
+                                         for br, c in zip(branches, caches) for t in lm.pipeline.template_ids)
             (ref, ref_tokens), rec["reencode_s"] = timed(reencode_features, model, prompt, branches,
-                                                         lm.template_ids, lm.layer)
+                                                         lm.pipeline.template_ids, lm.pipeline.layer)
             rec["reencode_tokens"] = ref_tokens
             rec["features_max_abs_diff_vs_reencode"] = float((ref - feats).abs().max())
             (greedy_ids,), rec["greedy_generate_s"] = timed(generate_greedy, [prompt])

@@ -29,8 +29,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from lover_lmeval import loading  # noqa: E402
-from lover_lmeval.decoding import DecodingConfig, decode_branches  # noqa: E402
+from lover_lmeval.core import loading  # noqa: E402
+from lover_lmeval.core.decoding import DecodingConfig, decode_branches  # noqa: E402
 
 UNTIL = ["Question:", "</s>", "<|im_end|>", "<|endoftext|>"]  # task_configs/_lover_base.yaml
 

@@ -38,7 +38,7 @@ def main() -> int:
     parser.add_argument("--include_path", default=str(REPO / "task_configs"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
-    from lover_lmeval.model import LoverLM
+    from lover_lmeval.harness.model import LoverLM
 
     start, end = (int(x) for x in args.docs.split(":"))
     task = get_task_dict([args.task], TaskManager(include_path=args.include_path))[args.task]
@@ -53,9 +53,9 @@ def main() -> int:
     batch = lm.batch_size if isinstance(lm.batch_size, int) else 1
     for offset in range(0, len(todo), batch):
         begin = time.perf_counter()
-        lm.decode_requests(todo[offset: offset + batch], gen_kwargs)
+        lm.run_contexts(todo[offset: offset + batch], gen_kwargs)
         print(f"{time.strftime('%H:%M:%S')} decoded {min(offset + batch, len(todo))}/{len(todo)} "
-              f"({time.perf_counter() - begin:.0f} s for {len(todo[offset: offset + batch])}); bank {len(lm.bank)}",
+              f"({time.perf_counter() - begin:.0f} s for {len(todo[offset: offset + batch])}); bank {len(lm.pipeline.bank)}",
               flush=True)
     return 0
 

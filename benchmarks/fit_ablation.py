@@ -83,22 +83,22 @@ def main():
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
     import numpy as np
-    from lm_eval.api.instance import Instance
     from lm_eval.tasks import TaskManager, get_task_dict
 
-    from lover_lmeval.answers import get_extractor
-    from lover_lmeval.compare import paired_bootstrap
-    from lover_lmeval.diagnostics import cross_fit_supervised, diagnose, strategy_correct
-    from lover_lmeval.model import LoverLM
-    from lover_lmeval.selection import select
-    from lover_lmeval.training import batch_results, fit_on_results, orient_fit, store_scores, task_extractor, top_pick
-    from lover_lmeval.verifier import VerifierConfig, config_from_string
+    from lover_lmeval.core.answers import get_extractor
+    from lover_lmeval.core.stats import paired_bootstrap
+    from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
+    from lover_lmeval.harness.model import LoverLM
+    from lover_lmeval.core.selection import select
+    from lover_lmeval.apps.train import task_extractor
+    from lover_lmeval.core.scoring import batch_results, fit_on_results, orient_fit, store_scores, top_pick
+    from lover_lmeval.core.verifier import VerifierConfig, config_from_string
 
     gguf = Path.home() / ".cache" / "lover-models" / f"{args.model}.gguf"
     layers = [int(x) for x in args.layers.split(",") if x.strip()]
     lm = LoverLM(gguf_file=str(gguf), bank=args.bank, bank_only=True, verifier=None,
                  layer=layers[0] if layers else None, extra_layers=";".join(map(str, layers[1:])))
-    layers = layers or [lm.layer]
+    layers = layers or [lm.pipeline.layer]
     task = get_task_dict([args.task], TaskManager(include_path=str(REPO / "task_configs")))[args.task]
     extract_name = task_extractor(task)
     extract = get_extractor(extract_name)
@@ -112,8 +112,7 @@ def main():
         raise SystemExit(f"{banked.count(False)} of the first {len(docs)} questions of {args.split} are not in the bank "
                          "(this script never decodes): check --bank/--limit/--split, or pass --skip-unbanked")
     kept = [i for i, b in enumerate(banked) if b]
-    results = lm.generate_until([Instance("generate_until", {}, (contexts[i], gen_kwargs), i) for i in kept],
-                                disable_tqdm=True)
+    results = lm.run_contexts([contexts[i] for i in kept], gen_kwargs)
     features_s = time.perf_counter() - t0
     if len(kept) < len(docs):
         print(f"{len(docs) - len(kept)} of the first {len(docs)} questions are not banked: using the other {len(kept)}")
@@ -142,7 +141,7 @@ def main():
     base = [r.features for r in results]
     for layer in layers:
         for r, at_base in zip(results, base):
-            r.features = at_base if layer == lm.layer else r.layer_features[layer]
+            r.features = at_base if layer == lm.pipeline.layer else r.layer_features[layer]
             if args.center_questions:  # label-free: only this question's own branches
                 r.features = r.features - r.features.mean(axis=0, keepdims=True)  # (N, 2, D)
         if args.center_answers:
@@ -185,7 +184,7 @@ def main():
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.output or REPO / "benchmarks" / "results" / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
-    out.write_text(json.dumps({"args": vars(args), "layer": lm.layer, "features_s": features_s, "questions": kept,
+    out.write_text(json.dumps({"args": vars(args), "layer": lm.pipeline.layer, "features_s": features_s, "questions": kept,
                                "config": asdict(VerifierConfig()), "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}")
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from lover_lmeval.answers import extract_number
-from lover_lmeval.diagnostics import answer_right
-from lover_lmeval.loading import convert_gguf
-from lover_lmeval.tasks import load_igsm
+from lover_lmeval.core.answers import extract_number
+from lover_lmeval.apps.diagnostics import answer_right
+from lover_lmeval.core.loading import convert_gguf
+from lover_lmeval.data.tasks import load_igsm
 
 OPS = (2, 4, 8, 16)
 SHORT_TOKENS = 5  # a bare number ("12", "The answer is 7.") and no working

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lover_lmeval.compare import bootstrap_interval, paired_bootstrap  # noqa: E402
+from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap  # noqa: E402
 
 
 def outcomes(spec: str, task: str | None) -> tuple[str, dict[tuple[str, int], int]]:

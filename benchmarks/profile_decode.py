@@ -36,8 +36,8 @@ def features_early_exit(model, branches, caches, template_ids, layer, rows_per_p
     """assertion_features, but the forward stops after the block producing hidden_states[layer]."""
     import torch
 
-    from lover_lmeval.decoding import extend_with_tokens
-    from lover_lmeval.features import _trim
+    from lover_lmeval.core.decoding import extend_with_tokens
+    from lover_lmeval.core.features import _trim
 
     jobs = []
     for branch, cache in zip(branches, caches):
@@ -92,9 +92,9 @@ def main():
         torch.set_num_threads(args.threads)
     from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-    from lover_lmeval.decoding import DecodingConfig, decode_branches
-    from lover_lmeval.features import assertion_features
-    from lover_lmeval.model import LoverLM
+    from lover_lmeval.core.decoding import DecodingConfig, decode_branches
+    from lover_lmeval.core.features import assertion_features
+    from lover_lmeval.harness.model import LoverLM
 
     print("loadavg", bd.loadavg(), "threads", torch.get_num_threads())
     lm = LoverLM(gguf_file=str(bd.ensure_gguf(bd.DEFAULT_GGUF)), n_branches=args.n_branches, verifier=None)
@@ -104,7 +104,7 @@ def main():
     until = handle_stop_sequences(kwargs.pop("until", None), eos=lm.tok_decode(lm.eot_token_id, skip_special_tokens=False))
     prompt = lm._prompt_ids(contexts[args.question], lm.max_length - args.max_new_tokens)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else lm.eot_token_id
-    eos, stops, n = lm._eos_ids(), [s for s in until if s], args.max_new_tokens
+    eos, stops, n = lm.pipeline.eos_ids(), [s for s in until if s], args.max_new_tokens
     cfg, cfg1 = DecodingConfig(n_branches=args.n_branches), DecodingConfig(n_branches=1)
     decode_branches(model, tok, [prompt], cfg, 2, until, eos, pad_id)  # warm-up
 
@@ -136,10 +136,10 @@ def main():
           f"({t_own / o_tok * 1e3:.0f} ms/tok) {[round(t, 2) for t in all_own]}")
 
     # 3. features: full forward vs early exit at the feature layer
-    f_full, t_full, all_full = best_of(args.reps, assertion_features, model, branches, caches, lm.template_ids, lm.layer)
-    f_fast, t_fast, all_fast = best_of(args.reps, features_early_exit, model, branches, caches, lm.template_ids, lm.layer)
+    f_full, t_full, all_full = best_of(args.reps, assertion_features, model, branches, caches, lm.pipeline.template_ids, lm.pipeline.layer)
+    f_fast, t_fast, all_fast = best_of(args.reps, features_early_exit, model, branches, caches, lm.pipeline.template_ids, lm.pipeline.layer)
     print(f"## assertion_features, best of {args.reps}: as is {t_full:.2f}s {[round(t, 2) for t in all_full]} | "
-          f"stopped after block {lm.layer - 1} of {model.config.num_hidden_layers} (no upper blocks, no LM head) "
+          f"stopped after block {lm.pipeline.layer - 1} of {model.config.num_hidden_layers} (no upper blocks, no LM head) "
           f"{t_fast:.2f}s {[round(t, 2) for t in all_fast]} | speed-up {t_full / t_fast:.2f}x | "
           f"max |diff| {float((f_full - f_fast).abs().max()):.1e}")
 

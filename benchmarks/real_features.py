@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lover_lmeval.answers import extract_number, normalise_number
-from lover_lmeval.decoding import Branch
-from lover_lmeval.features import FALSE_TEMPLATE, TRUE_TEMPLATE, features_from_tokens
-from lover_lmeval.loading import convert_gguf
-from lover_lmeval.results import LoverResult
-from lover_lmeval.selection import LoverSelect
-from lover_lmeval.training import batch_results, fit_on_results
-from lover_lmeval.verifier import VerifierConfig
+from lover_lmeval.core.answers import extract_number, normalise_number
+from lover_lmeval.core.decoding import Branch
+from lover_lmeval.core.features import FALSE_TEMPLATE, TRUE_TEMPLATE, features_from_tokens
+from lover_lmeval.core.loading import convert_gguf
+from lover_lmeval.core.results import LoverResult
+from lover_lmeval.harness.filter import LoverSelect
+from lover_lmeval.core.scoring import batch_results, fit_on_results
+from lover_lmeval.core.verifier import VerifierConfig
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PROMPT_SUFFIX = "\nLet's think step by step and end with 'The answer is N.'"  # as in shared/samples/README.md

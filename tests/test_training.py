@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lover_lmeval import decoding
-from lover_lmeval.checkpoints import load_checkpoint
-from lover_lmeval.training import train
+from lover_lmeval.core import decoding
+from lover_lmeval.core.checkpoints import load_checkpoint
+from lover_lmeval.apps.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
@@ -60,7 +60,7 @@ def test_retraining_from_the_bank_decodes_nothing_and_checkpoints_refuse_other_l
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded again although every question is in the bank")
 
-    monkeypatch.setattr("lover_lmeval.model.decode_branches", no_decoding)
+    monkeypatch.setattr("lover_lmeval.core.pipeline.decode_branches", no_decoding)
     again, _ = _train(tmp_path, monkeypatch, tiny_model_dir, "again", bank=bank, losses="nega+inter")
     assert json.loads(again.with_suffix(".json").read_text())["losses"] == "nega+inter"
     # A bank still growing: --banked_only trains on the 4 banked of the first 6 questions, decoding none.
@@ -73,7 +73,7 @@ def test_retraining_from_the_bank_decodes_nothing_and_checkpoints_refuse_other_l
 
 
 def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
-    from lover_lmeval.training import one_sided
+    from lover_lmeval.core.scoring import one_sided
 
     assert one_sided(np.array([0.002, 0.016, 0.01, 0.0])) == "false"  # GSM8K test-time fit, run 3 (mean 0.002-0.016)
     assert one_sided(np.array([0.99, 0.97, 1.0])) == "true"
@@ -84,7 +84,7 @@ def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
 def test_constant_answer_flags_fits_that_give_every_question_the_same_answer():
     """navigate, run 10: "no" in 250 of 250 -> "no"; 19 of 20 = 95% -> flagged; 18 of 20 = 90% -> not; under 20
     answered questions (e.g. `--limit 10`) one answer everywhere is too likely by chance to warn about."""
-    from lover_lmeval.training import constant_answer
+    from lover_lmeval.core.scoring import constant_answer
 
     assert constant_answer(["no"] * 250) == "no"
     assert constant_answer(["False"] * 19 + ["True"]) == "False"
@@ -97,19 +97,19 @@ def test_constant_answer_flags_fits_that_give_every_question_the_same_answer():
 
 def test_warn_if_constant_answer_names_the_answer_its_share_and_the_task(caplog):
     """20 questions, each with branches answering 3 (scored .9) and 4 (.1, .2): LoVer(sum) picks 3 everywhere."""
-    from lover_lmeval.decoding import Branch
-    from lover_lmeval.results import LoverResult
-    from lover_lmeval.training import warn_if_constant_answer
+    from lover_lmeval.core.decoding import Branch
+    from lover_lmeval.core.results import LoverResult
+    from lover_lmeval.core.scoring import warn_if_constant_answer
 
     def result(p_pos):
         branches = [Branch(f"So the answer is {a}.", [1], [0.5], [(0, 1)], "stop") for a in ("3", "4", "4")]
         return LoverResult(branches, None, {"lover": np.stack([p_pos, 1 - np.array(p_pos)], axis=-1)})
 
-    with caplog.at_level("WARNING", logger="lover_lmeval.training"):
+    with caplog.at_level("WARNING", logger="lover_lmeval.core.scoring"):
         warn_if_constant_answer([result([0.9, 0.1, 0.2])] * 19 + [result([0.1, 0.9, 0.9])], "lover_gsm8k", "number")
     assert "picks the answer '3' in 95% of them" in caplog.text and "lover_gsm8k" in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING", logger="lover_lmeval.training"):
+    with caplog.at_level("WARNING", logger="lover_lmeval.core.scoring"):
         warn_if_constant_answer([result([0.9, 0.1, 0.2])] * 18 + [result([0.1, 0.9, 0.9])] * 2, "lover_gsm8k", "number")
     assert caplog.text == ""
 

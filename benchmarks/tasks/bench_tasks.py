@@ -1,3 +1,3 @@
 """lm-eval resolves `!function bench_tasks.X` next to the YAML files; the loaders live in the package."""
 
-from lover_lmeval.tasks import load_gsm8k  # noqa: F401
+from lover_lmeval.data.tasks import load_gsm8k  # noqa: F401

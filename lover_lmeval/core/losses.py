@@ -19,20 +19,47 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 EPS = 1e-8
 
-#: Loss terms understood by :func:`parse_loss_spec` / :func:`total_loss`.
-ALLOWED_TERMS = ("nega", "intra", "inter", "inter_raw", "inter_logic", "balance", "supervised")
 _INTER_TERMS = ("inter", "inter_raw", "inter_logic")
 #: An answer string takes part in :func:`balance_loss` once it is a candidate in this many questions of a batch:
 #: two-answer tasks and iGSM's 23 residues pass in any 64-question batch, GSM8K's numbers almost never do.
 BALANCE_MIN_QUESTIONS = 5
 
 _TERM_RE = re.compile(r"^(?:(?P<w>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\*\s*)?(?P<t>[A-Za-z_]+)$")
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    """A registered loss term: the pure function and which batch tensors it takes, in order."""
+
+    function: Callable[..., torch.Tensor]
+    inputs: tuple[str, ...]
+    """Names among p_pos, p_neg, mask, groups, answer_ids, labels, passed positionally."""
+    shares_representatives: bool
+    """Takes ``reps=``: every such term of one step sees the same representative draw."""
+
+
+#: name -> term, in registration order; a loss spec ("nega+intra+inter") names these.
+LOSS_TERMS: dict[str, LossTerm] = {}
+
+
+def register_loss(name: str, inputs: tuple[str, ...], shares_representatives: bool = False):
+    """Decorator: make a pure loss function available in loss specs as ``name``."""
+
+    def add(function):
+        if name in LOSS_TERMS:
+            raise ValueError(f"loss term {name!r} is registered twice")
+        LOSS_TERMS[name] = LossTerm(function, inputs, shares_representatives)
+        return function
+
+    return add
 
 
 def _check(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor | None = None) -> None:
@@ -69,6 +96,7 @@ def group_onehot(groups: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return F.one_hot(safe, num_classes=n).to(torch.get_default_dtype()) * mask.unsqueeze(-1)  # (Q, N, G)
 
 
+@register_loss("nega", ("p_pos", "p_neg", "mask"))
 def negation_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Negation consistency + confidence (CCS-style), summed over branches.
 
@@ -81,6 +109,7 @@ def negation_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor) 
     return _mean_over_questions(_zero_padding(per_branch, mask).sum(dim=1), mask)
 
 
+@register_loss("intra", ("p_pos", "p_neg", "mask", "groups"))
 def intra_group_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor,
                      groups: torch.Tensor) -> torch.Tensor:
     """Branches sharing a final answer must agree, summed over ordered pairs.
@@ -129,6 +158,7 @@ def _representative_probs(p_pos, mask, groups, generator, reps):
     return torch.gather(p_pos, 1, index) * exists.to(p_pos.dtype)  # (Q, G)
 
 
+@register_loss("inter", ("p_pos", "mask", "groups"), shares_representatives=True)
 def inter_group_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                      generator: torch.Generator | None = None, *,
                      reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -149,6 +179,7 @@ def inter_group_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tens
     return _mean_over_questions((s - 1) ** 2 + entropy, mask)
 
 
+@register_loss("inter_raw", ("p_pos", "mask", "groups"), shares_representatives=True)
 def inter_raw_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                    generator: torch.Generator | None = None, *,
                    reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -168,6 +199,7 @@ def inter_raw_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor
     return _mean_over_questions((rep.sum(dim=1) - 1) ** 2 + self_info / n_groups, mask)
 
 
+@register_loss("inter_logic", ("p_pos", "mask", "groups"), shares_representatives=True)
 def inter_logic_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                      generator: torch.Generator | None = None, *,
                      reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -189,6 +221,7 @@ def inter_logic_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tens
     return _mean_over_questions(-torch.log(p_exactly_one + EPS), mask)
 
 
+@register_loss("balance", ("p_pos", "mask", "groups", "answer_ids"), shares_representatives=True)
 def balance_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, answer_ids: torch.Tensor,
                  generator: torch.Generator | None = None, *,
                  reps: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -233,6 +266,7 @@ def balance_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, 
     return (((chosen - chance) / n_a.clamp(min=1)) ** 2)[kept].mean()
 
 
+@register_loss("supervised", ("p_pos", "p_neg", "mask", "labels"))
 def supervised_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor,
                     labels: torch.Tensor) -> torch.Tensor:
     """Supervised ceiling: ``sum_i BCE(p+_i, y_i) + BCE(p-_i, 1 - y_i)`` over real branches."""
@@ -245,6 +279,10 @@ def supervised_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor
     bce = (F.binary_cross_entropy(p_pos, y, reduction="none")
            + F.binary_cross_entropy(p_neg, 1 - y, reduction="none"))  # (Q, N)
     return _mean_over_questions(_zero_padding(bce, mask).sum(dim=1), mask)
+
+
+#: Loss terms understood by :func:`parse_loss_spec` / :func:`total_loss`.
+ALLOWED_TERMS = tuple(LOSS_TERMS)
 
 
 def score(p_pos: torch.Tensor, p_neg: torch.Tensor) -> torch.Tensor:
@@ -291,21 +329,15 @@ def loss_terms(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, gro
     if "balance" in terms and answer_ids is None:
         raise ValueError("loss term 'balance' needs answer_ids (one id per answer string across questions), "
                          "but answer_ids=None")
-    shared = any(t in terms for t in (*_INTER_TERMS, "balance"))
+    shared = any(LOSS_TERMS[t].shares_representatives for t in terms)
     reps = sample_representatives(groups, mask, generator) if shared else None
-    inter = {"inter": inter_group_loss, "inter_raw": inter_raw_loss, "inter_logic": inter_logic_loss}
+    inputs = {"p_pos": p_pos, "p_neg": p_neg, "mask": mask, "groups": groups, "answer_ids": answer_ids,
+              "labels": labels}
     values: dict[str, torch.Tensor] = {}
     for term in terms:
-        if term == "nega":
-            values[term] = negation_loss(p_pos, p_neg, mask)
-        elif term == "intra":
-            values[term] = intra_group_loss(p_pos, p_neg, mask, groups)
-        elif term in inter:
-            values[term] = inter[term](p_pos, mask, groups, reps=reps)
-        elif term == "balance":
-            values[term] = balance_loss(p_pos, mask, groups, answer_ids, reps=reps)
-        else:
-            values[term] = supervised_loss(p_pos, p_neg, mask, labels)
+        entry = LOSS_TERMS[term]
+        extra = {"reps": reps} if entry.shares_representatives else {}
+        values[term] = entry.function(*(inputs[name] for name in entry.inputs), **extra)
     return values
 
 

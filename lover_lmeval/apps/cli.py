@@ -11,9 +11,9 @@ import sys
 
 # name -> (module with add_arguments(parser) and run(args) -> int, one-line help)
 SUBCOMMANDS = {
-    "igsm": ("lover_lmeval.igsm", "generate iGSM grade-school problems (mod 23) as jsonl"),
-    "train": ("lover_lmeval.training", "decode a task's training split and fit a LoVer verifier checkpoint"),
-    "compare": ("lover_lmeval.compare", "leaderboard of selection strategies with bootstrap intervals (via lm-eval)"),
+    "igsm": ("lover_lmeval.apps.igsm", "generate iGSM grade-school problems (mod 23) as jsonl"),
+    "train": ("lover_lmeval.apps.train", "decode a task's training split and fit a LoVer verifier checkpoint"),
+    "compare": ("lover_lmeval.apps.compare", "leaderboard of selection strategies with bootstrap intervals (via lm-eval)"),
 }
 
 

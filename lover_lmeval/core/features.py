@@ -10,12 +10,45 @@ Dimensions: N branches, D hidden size, B rows of one forward pass.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .decoding import Branch, BranchCache, extend_with_tokens, snapshot
 
 TRUE_TEMPLATE = " This is a true answer."
 FALSE_TEMPLATE = " This is a false answer."
+
+
+@dataclass
+class FeatureConfig:
+    """Which hidden state is phi(x), and the two assertion templates."""
+
+    layer: int | None = None
+    """Index into hidden_states (0 = embeddings, L = last block, negative from the end); None = the middle."""
+    extra_layers: tuple[int, ...] = ()
+    """More layers whose features ride along on each result (layer sweeps), for the price of the template tokens."""
+    true_template: str = TRUE_TEMPLATE
+    """Appended to question + solution for x+."""
+    false_template: str = FALSE_TEMPLATE
+    """Appended for x-."""
+
+    def __post_init__(self) -> None:
+        self.extra_layers = tuple(self.extra_layers)
+        for name in ("true_template", "false_template"):
+            if not str(getattr(self, name)).strip():
+                raise ValueError(f"{name}={getattr(self, name)!r} is empty: phi(x) would be read from the solution's "
+                                 f"last token, not the assertion; pass a sentence (default {TRUE_TEMPLATE!r} / "
+                                 f"{FALSE_TEMPLATE!r}).")
+
+    @property
+    def templates(self) -> tuple[str, str]:
+        return self.true_template, self.false_template
+
+    def layers(self, n_layers: int) -> list[int]:
+        """[layer, *extra_layers] resolved for a model with `n_layers` blocks."""
+        return [check_layer(self.layer, n_layers), *(check_layer(x, n_layers) for x in self.extra_layers)]
+
 
 def check_layer(layer: int | None, n_layers: int) -> int:
     """Resolve `layer` (None = middle) to an index into hidden_states (0 = embeddings, n_layers = last)."""
@@ -28,8 +61,10 @@ def check_layer(layer: int | None, n_layers: int) -> int:
         )
     return layer % (n_layers + 1)
 
+
 def _trim(cache: BranchCache, keep: int) -> BranchCache:
     return BranchCache(cache.prompt_length, [k[:, :keep] for k in cache.keys], [v[:, :keep] for v in cache.values])
+
 
 @torch.inference_mode()
 def assertion_features(model, branches: list[Branch], caches: list[BranchCache], template_ids: list[list[int]],
@@ -55,6 +90,7 @@ def assertion_features(model, branches: list[Branch], caches: list[BranchCache],
         hidden.append(states[torch.arange(len(chunk)), last].float().cpu())  # (B, L, D)
     features = torch.cat(hidden).reshape(len(branches), len(template_ids), len(layers), -1)  # (N, T, L, D)
     return features[:, :, 0] if isinstance(layer, int) else features
+
 
 @torch.inference_mode()
 def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], template_ids: list[list[int]],

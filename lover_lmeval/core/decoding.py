@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
+from transformers import DynamicCache, StoppingCriteriaList, StopStringCriteria
 
 MODES = ("cot", "sample", "beam")
 
@@ -240,8 +241,6 @@ def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[i
     later blocks, no logits): features need one middle layer, and the rest of the model is most of
     the cost. The caches then only need (and only get) the first `upto_layer` blocks.
     """
-    from transformers import DynamicCache
-
     device = model.device
     rows, longest = len(cache_rows), max(c.length for c in cache_rows)
     new_width = max(len(t) for t in tokens)
@@ -288,8 +287,6 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
     Beam search reorders its cache internally, so each beam's cache is rebuilt by running its tokens
     on top of the prompt's prefill (the question is still encoded once per prompt, not per beam).
     """
-    from transformers import StoppingCriteriaList, StopStringCriteria
-
     device, n = model.device, config.n_branches
     stop_strings = [s for s in stop if s]
     branches, caches = [], []

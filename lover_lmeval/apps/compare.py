@@ -17,28 +17,26 @@ import logging
 from pathlib import Path
 
 import numpy as np
+from lm_eval import simple_evaluate
+from lm_eval.tasks import TaskManager, get_task_dict
+from lm_eval.utils import simple_parse_args_string
 
-from .diagnostics import strategy_correct
+from ..core.answers import get_extractor
+from ..core.checkpoints import load_checkpoint
+from ..core.features import check_layer
+from ..core.results import LoverResult
+from ..core.scoring import batch_results, fit_on_results, store_scores
+from ..core.stats import bootstrap_interval, paired_bootstrap
+from ..harness.model import LoverLM
+from .diagnostics import branch_records, cross_fit_supervised, diagnose, layer_sweep, strategy_correct
+from .plots import plot_curves
+from .train import add_lm_eval_arguments, task_extractor
 
 log = logging.getLogger(__name__)
 
 ROWS_VERIFIERS = ("lover", "supervised", "supervised_cv")  # names taken by built-in rows
 ROWS = ("greedy", "majority", "cot_max", "cot_sum", "lover_max", "lover_sum", "supervised_max", "supervised_sum",
         "supervised_cv_max", "supervised_cv_sum", "pass_at_n")
-
-
-def bootstrap_interval(correct: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[float, float]:
-    """95% percentile interval of the mean of 0/1 outcomes, resampling questions."""
-    means = correct[rng.integers(0, len(correct), (n_boot, len(correct)))].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, n_boot: int, rng: np.random.Generator) -> dict:
-    """Accuracy difference a - b on the same questions: mean, 95% interval, share of resamples with a <= b."""
-    index = rng.integers(0, len(a), (n_boot, len(a)))
-    diffs = a[index].mean(axis=1) - b[index].mean(axis=1)
-    return {"diff": float(a.mean() - b.mean()), "low": float(np.percentile(diffs, 2.5)),
-            "high": float(np.percentile(diffs, 97.5)), "p_not_better": float((diffs <= 0).mean())}
 
 
 def verifier_rows(results: list, gold: list[str], extract, verifier: str, prefix: str) -> dict[str, np.ndarray]:
@@ -66,9 +64,6 @@ def table_from_samples(samples: list[dict], extract) -> tuple[dict[str, np.ndarr
 
 def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, config=None) -> dict[str, list[float]]:
     """Majority and LoVer(sum) using only the first n branches, n = 1..N (verifier refit on them)."""
-    from .results import LoverResult
-    from .training import fit_on_results
-
     n_max = min(len(r.branches) for r in results)
     curves = {"n": list(range(1, n_max + 1)), "majority": [], "lover_sum": []}
     for n in curves["n"]:
@@ -99,25 +94,6 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(curves: dict[str, dict], path: Path, x: str = "n", xlabel: str = "N (branches)",
-                strategies: tuple[str, ...] = ("majority", "lover_sum")) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for task, curve in curves.items():
-        for strategy, style in zip(strategies, ("--", "-", ":")):
-            ax.plot(curve[x], curve[strategy], style, marker="o", label=f"{task} {strategy}")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("accuracy")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def render_diagnostics(report: dict) -> str:
     keys = ("auroc_pooled", "auroc_per_question_mean", "mean_score_correct", "mean_score_incorrect", "ece",
             "branch_accuracy", "groups_per_question", "gold_among_answers", "gold_group_largest",
@@ -142,17 +118,6 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
             n_boot: int = 2000, seed: int = 0, gen_kwargs: str | None = None,
             apply_chat_template: bool = False, layers: list[int] | None = None, cv_folds: int = 2,
             checkpoints: dict[str, str] | None = None) -> dict:
-    from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager, get_task_dict
-    from lm_eval.utils import simple_parse_args_string
-
-    from .answers import get_extractor
-    from .diagnostics import branch_records, cross_fit_supervised, diagnose, layer_sweep
-    from .features import check_layer
-    from .model import LoverLM
-    from .training import batch_results, store_scores, task_extractor
-    from .checkpoints import load_checkpoint
-
     manager = TaskManager(include_path=include_path)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -162,16 +127,17 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     if layers:  # keep the sweep's features while decoding (template tokens only) instead of re-running branches
         args.setdefault("extra_layers", ";".join(map(str, layers)))
     lm = LoverLM(**args)
+    pipeline = lm.pipeline
     layers = [check_layer(layer, lm.model.config.num_hidden_layers) for layer in layers or []]
     # Extra verifiers scored on the same features (e.g. one trained on the training split next to the
     # test-time fit); loading refuses checkpoints made for another model, layer or templates.
-    extra = {name: load_checkpoint(path, expect=lm.identity)[0] for name, path in (checkpoints or {}).items()}
-    report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "identity": lm.identity, "tasks": {}}
+    extra = {name: load_checkpoint(path, expect=pipeline.identity)[0] for name, path in (checkpoints or {}).items()}
+    report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "identity": pipeline.identity, "tasks": {}}
     curves, layer_curves, per_question, branches = {}, {}, [], []
     for task in tasks:
         extract_name = task_extractor(get_task_dict([task], manager)[task])
         extract = get_extractor(extract_name)
-        lm.extract = extract_name  # the test-time fit groups answers as this task's filters do (one model, many tasks)
+        pipeline.extract = extract_name  # the test-time fit groups answers as this task's filters do (one model, many tasks)
         evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,
                                     gen_kwargs=gen_kwargs or None, apply_chat_template=apply_chat_template)
         table, results, gold, doc_ids = table_from_samples(evaluated["samples"][task], extract)
@@ -196,7 +162,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         paired = {base: paired_bootstrap(table["lover_sum"], table[base], n_boot, rng)
                   for base in ("majority", "cot_sum") if base in table and "lover_sum" in table}
         distinct = float(np.mean([len({a.value if a else None for a in map(extract, r.texts)}) for r in results]))
-        curves[task] = accuracy_vs_n(results, gold, extract, extract_name, lm.fit_config)
+        curves[task] = accuracy_vs_n(results, gold, extract, extract_name, pipeline.config.fit)
         report["tasks"][task] = {"extract": extract_name, "rows": rows, "paired": paired,
                                  "distinct_answers": distinct, "accuracy_vs_n": curves[task],
                                  "diagnostics": diagnostics}
@@ -206,8 +172,8 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
                                      **{name: int(correct[k]) for name, correct in table.items()}})
                          for k, doc_id in enumerate(doc_ids)]
         if layers:
-            layer_curves[task] = layer_sweep(lm.model, lm.template_ids, results, gold, extract, extract_name, layers,
-                                             lm.fit_config)
+            layer_curves[task] = layer_sweep(lm.model, pipeline.template_ids, results, gold, extract, extract_name,
+                                             layers, pipeline.config.fit)
             report["tasks"][task]["layer_sweep"] = layer_curves[task]
     (out / "leaderboard.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "per_question.jsonl").write_text("\n".join(per_question) + "\n")
@@ -221,15 +187,12 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model_args", default="", help="lover_hf model args (verifier=..., bank=..., ...)")
+    add_lm_eval_arguments(parser)
     parser.add_argument("--tasks", required=True, help="comma-separated task names, e.g. lover_gsm8k")
-    parser.add_argument("--include_path", default="task_configs", help="folder of task YAMLs, as lm_eval's")
     parser.add_argument("--limit", type=int, default=None, help="first N documents of each task (all if unset)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--n_boot", type=int, default=2000, help="bootstrap resamples per interval")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the cross-fit")
-    parser.add_argument("--gen_kwargs", default=None, help="as lm_eval's, e.g. max_gen_toks=128")
-    parser.add_argument("--apply_chat_template", action="store_true", help="as lm_eval's (match the bank's prompts)")
     parser.add_argument("--layers", default="", help="comma-separated feature layers to sweep (label-free refit per "
                         "layer), e.g. 4,8,12,16,20; writes accuracy_vs_layer.png")
     parser.add_argument("--verifiers", default="", help="extra checkpoints scored on the same features, as "

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from lover_lmeval.losses import parse_loss_spec, score, total_loss
+from .losses import parse_loss_spec, score, total_loss
 
 NORMALIZE_CHOICES = ("none", "mean", "meanstd")
 ORIENT_CHOICES = ("none", "vote", "confidence")
@@ -65,7 +65,7 @@ class VerifierConfig:
     is optimised, then negation + intra-group until negation is below it, then all terms
     (``losses.staged_terms``). 0 optimises all terms from the first step."""
     orient: str = "none"
-    """Label-free orientation after the fit (``training.orient_by``): flip the verifier (swap p+ and p-, i.e.
+    """Label-free orientation after the fit (``scoring.orient_by``): flip the verifier (swap p+ and p-, i.e.
     score -> 1 - score) when its branch scores fall as a per-branch signal rises (Spearman < 0 over the training
     branches). The paper's objective does not fix which way a fit that ends near "every answer false" or at p = 0.5
     ranks the branches (label-free AUROC 0.15-0.43 in benchmarks/RESULTS.md runs 3-4). ``"vote"``: the share of the
@@ -153,7 +153,7 @@ class Verifier(nn.Module):
         # row 0 = x+ statistics, row 1 = x- statistics; identity until set_normalization
         self.register_buffer("norm_mean", torch.zeros(2, dim))  # (2, D)
         self.register_buffer("norm_std", torch.ones(2, dim))  # (2, D)
-        # +1, or -1 once `training.orient_by` flipped the fit: forward's p+ and p- then trade places
+        # +1, or -1 once `scoring.orient_by` flipped the fit: forward's p+ and p- then trade places
         self.register_buffer("orientation", torch.ones(()))
         layers: list[nn.Module] = []
         width = dim

@@ -1,0 +1,129 @@
+"""`lover train`: decode (through the bank) a task's split, fit a verifier on it and write a checkpoint.
+
+The task, its prompts and its extractor come from lm-eval (the YAML's `lover_select` filters name the extractor);
+the model comes from `lover_hf`, so prompts are tokenized exactly as an evaluation tokenizes them; everything
+after that is the core pipeline. The label-free fit never touches a document's answer; only `--supervised` (the
+ceiling baseline) reads gold targets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+from lm_eval.tasks import TaskManager, get_task_dict
+from lm_eval.utils import simple_parse_args_string
+
+from ..core.checkpoints import save_checkpoint
+from ..core.loading import cache_dir
+from ..core.losses import ALLOWED_TERMS
+from ..core.scoring import answer_ids, batch_results, gold_labels, orient_fit
+from ..core.verifier import VerifierConfig, config_from_string, fit
+from ..harness.model import LoverLM
+from .plots import plot_history
+
+log = logging.getLogger(__name__)
+
+
+def task_extractor(task) -> str:
+    """The extractor named by the task's lover_select filters (its one source of truth)."""
+    names = {step.get("extract") for entry in (task.config.filter_list or []) for step in entry.get("filter", [])
+             if step.get("function") == "lover_select"}
+    if len(names) != 1 or None in names:
+        raise ValueError(f"task {task.config.task!r} must name exactly one extractor in its lover_select "
+                         f"filters (found {sorted(map(str, names))}); include one of the _lover_<extractor>.yaml bases.")
+    return names.pop()
+
+
+def train(model_args: str, task_name: str, split: str, limit: int | None, out: str | Path,
+          include_path: str | None, supervised: bool = False, losses: str | None = None, seed: int = 0,
+          bank: str | None = None, apply_chat_template: bool = False, gen_kwargs: str = "", fit_config: str = "",
+          banked_only: bool = False) -> dict:
+    """Decode (through the bank), extract, fit and write checkpoint + report; returns the metadata.
+    `losses=None` means VerifierConfig's default."""
+    losses = losses or VerifierConfig.losses
+    task = get_task_dict([task_name], TaskManager(include_path=include_path))[task_name]
+    extract = task_extractor(task)
+    if split not in task.dataset:
+        raise ValueError(f"--split {split!r} not in task {task_name!r}; it has {sorted(task.dataset)}")
+    docs = list(task.dataset[split])[: limit or None]
+    args = {"verifier": None, **simple_parse_args_string(model_args)}
+    args.setdefault("bank", str(bank or cache_dir() / "banks" / f"{task_name}-{split}.jsonl.gz"))
+    lm = LoverLM(**args)
+    chat = lm.apply_chat_template if apply_chat_template else None
+    contexts = [task.fewshot_context(d, 0, apply_chat_template=apply_chat_template, chat_template=chat) for d in docs]
+    gen_kwargs = {**(task.config.generation_kwargs or {}), **simple_parse_args_string(gen_kwargs)}
+    keep = None  # question indices, when only the banked ones are used
+    if banked_only:  # train on what a (still growing) bank holds; the metadata names the questions used
+        keep = [i for i, banked in enumerate(lm.in_bank(contexts, gen_kwargs)) if banked]
+        if not keep:
+            raise ValueError(f"--banked_only: none of the first {len(docs)} questions of {split!r} is in the bank "
+                             f"{lm.pipeline.bank.path}; decode some first (drop --banked_only).")
+        log.info("--banked_only: %d of the first %d questions are banked; training on those", len(keep), len(docs))
+        docs, contexts = [docs[i] for i in keep], [contexts[i] for i in keep]
+    # The documents (which hold the answers) are not handed to the model at all.
+    results = lm.run_contexts(contexts, gen_kwargs)
+    features, mask, groups, answers = batch_results(results, extract)
+    labels = None
+    if supervised:
+        gold = [str(task.doc_to_target(d)).strip() for d in docs]
+        if not all(gold):
+            raise ValueError(f"--supervised needs gold answers, but split {split!r} of {task_name!r} has "
+                             f"{sum(not g for g in gold)} empty targets (an unlabeled split); drop --supervised.")
+        labels = gold_labels(answers, gold, mask.shape[1])
+    config = config_from_string(";".join([f"losses={losses}", f"seed={seed}", fit_config]))
+    result = fit(features, mask, groups, config, labels=labels, answer_ids=answer_ids(answers, mask.shape[1]))
+    orientation = None  # label-free, on the training branches; a supervised fit's sign is fixed by its labels
+    if config.orient != "none" and not supervised:
+        correlation = orient_fit(result.verifier, config.orient, results, extract, features, mask, answers)
+        orientation = {"by": config.orient, "correlation": correlation, "flipped": correlation < 0}
+    decoding = lm.pipeline.config.decoding
+    metadata = {**lm.pipeline.identity, "decoding": {**vars(decoding)}, "n_branches": decoding.n_branches,
+                "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
+                "n_questions": len(docs), "question_indices": keep, "seed": seed,
+                "supervised": supervised, "extract": extract, "orientation": orientation,
+                "final_losses": result.final_losses}
+    out = Path(out)
+    save_checkpoint(out, result.verifier, metadata)
+    report = {"metadata": metadata, "restart_losses": result.restart_losses,
+              "mean_distinct_answers": float(np.mean([len(set(a)) for a in answers]))}
+    out.with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot_history(result.history, out.with_suffix(".losses.png"))
+    return metadata
+
+
+def add_lm_eval_arguments(parser) -> None:
+    """The options `lover train` and `lover compare` share with lm_eval."""
+    parser.add_argument("--model_args", default="", help="lover_hf model args, e.g. gguf_file=...,layer=12,bank=...")
+    parser.add_argument("--include_path", default="task_configs", help="folder of task YAMLs, as lm_eval's")
+    parser.add_argument("--apply_chat_template", action="store_true", help="as lm_eval's (match the bank's prompts)")
+    parser.add_argument("--gen_kwargs", default="", help="override the task's generation kwargs, e.g. max_gen_toks=128")
+
+
+def add_arguments(parser) -> None:
+    add_lm_eval_arguments(parser)
+    parser.add_argument("--task", required=True, help="task name, e.g. lover_gsm8k")
+    parser.add_argument("--split", default="train", help="train or test (the task's own split names)")
+    parser.add_argument("--limit", type=int, default=None, help="first N documents of the split")
+    parser.add_argument("--out", required=True, help="checkpoint path (.safetensors); .json/.report.json/.losses.png beside it")
+    parser.add_argument("--supervised", action="store_true", help="ceiling baseline: BCE on gold correctness")
+    parser.add_argument("--losses", default=VerifierConfig.losses, help="'+'-separated subset of the terms "
+                        f"{', '.join(t for t in ALLOWED_TERMS if t != 'supervised')}: the paper's nega, intra, inter; "
+                        "inter_raw, inter_logic: variants; balance: experimental cross-question prior")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fit (initialisation, batching, restarts)")
+    parser.add_argument("--fit_config", default="", help="more VerifierConfig fields, ';'-separated, e.g. "
+                        "'curriculum=0.2;epochs=60' (losses and seed have their own options)")
+    parser.add_argument("--bank", default=None, help="branch bank file (default: in the lover-lmeval cache dir)")
+    parser.add_argument("--banked_only", action="store_true", help="train on the banked questions among the first "
+                        "--limit only (never decode), e.g. while the bank is still growing")
+
+
+def run(args) -> int:
+    logging.basicConfig(level=logging.INFO)
+    metadata = train(args.model_args, args.task, args.split, args.limit, args.out, args.include_path,
+                     args.supervised, args.losses, args.seed, args.bank, args.apply_chat_template, args.gen_kwargs,
+                     args.fit_config, args.banked_only)
+    print(json.dumps({"checkpoint": args.out, "final_losses": metadata["final_losses"]}, indent=2))
+    return 0

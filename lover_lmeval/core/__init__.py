@@ -1,0 +1,15 @@
+"""The LoVer method on plain data (token ids, tensors, strings); imports no lm-eval.
+
+Stages, in pipeline order (pipeline.py runs them):
+
+- decoding.py   N branches per question (CoT-decoding, sampling, beam), KV cache shared by the branches;
+- features.py   phi(x+/-): hidden states of the assertion templates on top of each branch;
+- answers.py    extractors (registry) and the one answer-grouping rule;
+- losses.py     the paper's logic constraints as pure functions (registry of loss terms);
+- verifier.py   the MLP probe and its label-free fit (`VerifierConfig`);
+- scoring.py    results -> batched tensors -> the test-time fit's scores, orientation and warnings;
+- selection.py  strategies (registry) that pick one answer per question;
+
+with results.py (what a question yields), bank.py (decoded branches kept across runs), checkpoints.py,
+loading.py (GGUF -> HF folder), stats.py, and config.py (one config per component, from model_args).
+"""

@@ -1,0 +1,87 @@
+"""One configuration per component, parsed once from lover_hf's model_args (key=value strings).
+
+Each component owns its dataclass, its defaults and its validation (`__post_init__`): decoding
+(`DecodingConfig`), features (`FeatureConfig`), the test-time fit (`VerifierConfig`, the `fit_config` string),
+selection (`SelectionConfig`) and the bank (`BankConfig`). This module only maps model_args onto their fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .bank import BankConfig
+from .decoding import DecodingConfig
+from .features import FeatureConfig
+from .selection import SelectionConfig
+from .verifier import VerifierConfig, config_from_string
+
+
+def _optional(value) -> str | None:
+    return None if value in (None, "", "None") else str(value)
+
+
+def _optional_int(value) -> int | None:
+    return None if value in (None, "", "None") else int(value)
+
+
+def _layers(value) -> tuple[int, ...]:
+    """ "15;18" (lm-eval splits model_args on commas) -> (15, 18)."""
+    return tuple(int(x) for x in str(value or "").replace(";", " ").split())
+
+
+def _flag(value) -> bool:
+    return str(value).lower() in ("true", "1", "yes")
+
+
+def _feature_cache(value) -> str | None:
+    return None if str(value).lower() in ("", "none", "false", "off") else str(value)
+
+
+#: model_arg -> (component, field, parser); a component's default applies when the arg is absent.
+MODEL_ARGS = {
+    "n_branches": ("decoding", "n_branches", int),
+    "decoding": ("decoding", "mode", str),
+    "temperature": ("decoding", "temperature", float),
+    "top_p": ("decoding", "top_p", float),
+    "seed": ("decoding", "seed", int),
+    "layer": ("features", "layer", _optional_int),
+    "extra_layers": ("features", "extra_layers", _layers),
+    "true_template": ("features", "true_template", str),
+    "false_template": ("features", "false_template", str),
+    "extract": ("selection", "extract", str),
+    "verifier": ("selection", "verifier", _optional),
+    "supervised_verifier": ("selection", "supervised_verifier", _optional),
+    "bank": ("bank", "path", _optional),
+    "bank_only": ("bank", "bank_only", _flag),
+    "feature_cache": ("bank", "feature_cache", _feature_cache),
+}
+
+
+@dataclass
+class LoverConfig:
+    """Everything lover_hf adds to a Hugging Face model: one config per pipeline component."""
+
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    fit: VerifierConfig = field(default_factory=VerifierConfig)
+    """The test-time fit's hyperparameters (model_arg `fit_config="losses=...;curriculum=..."`)."""
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    bank: BankConfig = field(default_factory=BankConfig)
+
+    @classmethod
+    def from_model_args(cls, args: dict) -> tuple[LoverConfig, dict]:
+        """Split model_args into this config and the rest (for the model loader); errors name the argument."""
+        rest = dict(args)
+        fields: dict[str, dict] = {"decoding": {}, "features": {}, "selection": {}, "bank": {}}
+        for arg, (component, name, parse) in MODEL_ARGS.items():
+            if arg not in rest:
+                continue
+            value = rest.pop(arg)
+            try:
+                fields[component][name] = parse(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{arg}={value!r} is not a valid {getattr(parse, '__name__', 'value').strip('_')}; "
+                                 f"see README's lover_hf model args") from None
+        fit = config_from_string(rest.pop("fit_config", "") or "")
+        return cls(DecodingConfig(**fields["decoding"]), FeatureConfig(**fields["features"]), fit,
+                   SelectionConfig(**fields["selection"]), BankConfig(**fields["bank"])), rest

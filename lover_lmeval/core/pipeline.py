@@ -1,0 +1,160 @@
+"""The LoVer pipeline on plain data: decode -> featurise -> fit/score -> select, for prompts as token ids.
+
+`Pipeline` holds a transformers causal LM, its tokenizer and a `LoverConfig`; the lm-eval adapter
+(`harness.model.LoverLM`), `lover train`, `lover compare` and the benchmarks all call it, and so can a user
+with no lm-eval installed:
+
+    pipe = Pipeline(model, tokenizer, LoverConfig())
+    results = pipe.run([tokenizer.encode(q) for q in questions], until=["Question:"], max_gen_toks=256)
+    pipe.fit(results)                      # label-free test-time fit, scores stored on the results
+    answers = pipe.select(results, "lover_sum")
+
+Dimensions: N branches, L feature layers, D hidden size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+
+import torch
+
+from .answers import get_extractor
+from .bank import BranchBank, FeatureCache, NotInBank, record_key
+from .checkpoints import load_checkpoint
+from .config import LoverConfig
+from .decoding import decode_branches
+from .features import assertion_features, features_from_tokens
+from .loading import cache_dir
+from .results import LoverResult
+from .scoring import fit_on_results, warn_if_constant_answer, warn_if_one_sided
+from .selection import select
+
+log = logging.getLogger("lm_eval.lover_hf")  # under lm-eval's logger, so its CLI shows our messages
+
+
+class Pipeline:
+    def __init__(self, model, tokenizer, config: LoverConfig | None = None, model_name: str | None = None):
+        self.model, self.tokenizer = model, tokenizer
+        self.config = config or LoverConfig()
+        self.layers = self.config.features.layers(model.config.num_hidden_layers)  # [layer, *extra_layers]
+        self.template_ids = [tokenizer.encode(t, add_special_tokens=False) for t in self.config.features.templates]
+        self.identity = {  # what a checkpoint's features were taken from (checked when one is loaded)
+            "model": model_name or model.config.name_or_path,
+            "hidden_size": int(model.config.hidden_size),
+            "layer": self.layers[0],
+            "templates": list(self.config.features.templates),
+        }
+        bank = self.config.bank
+        self.bank = BranchBank(bank.path) if bank.path is not None else None
+        self.feature_cache = None
+        if self.bank is not None and bank.feature_cache is not None:
+            where = cache_dir() / "features" if bank.feature_cache == "default" else bank.feature_cache
+            self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
+        self.verifiers = {name: load_checkpoint(path, expect=self.identity)[0]
+                          for name, path in self.config.selection.checkpoints().items()}
+
+    @property
+    def layer(self) -> int:
+        return self.layers[0]
+
+    @property
+    def extract(self) -> str:
+        """The extractor grouping answers for the test-time fit (`lover compare` sets it per task)."""
+        return self.config.selection.extract
+
+    @extract.setter
+    def extract(self, name: str) -> None:
+        get_extractor(name)
+        self.config.selection.extract = name
+
+    def eos_ids(self) -> set[int]:
+        ids = {self.tokenizer.eos_token_id}
+        configured = getattr(self.model.generation_config, "eos_token_id", None)
+        ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
+        return ids
+
+    def record_keys(self, prompts: list[list[int]], until: list[str], max_gen_toks: int) -> list[str]:
+        """Bank keys: everything that determines a question's branches."""
+        settings = {"decoding": asdict(self.config.decoding), "until": until, "max_gen_toks": max_gen_toks}
+        # Greedy branches in bf16 differ from fp32 ones (benchmarks/RESULTS.md), so they never share a record;
+        # fp32 keys stay as they were, keeping every bank decoded before dtype was part of the key valid.
+        if self.model.dtype != torch.float32:
+            settings["dtype"] = str(self.model.dtype).removeprefix("torch.")
+        return [record_key(self.identity["model"], p, settings) for p in prompts]
+
+    def banked(self, keys: list[str]) -> list[bool]:
+        return [self.bank is not None and self.bank.get(k) is not None for k in keys]
+
+    def featurise(self, prompts: list[list[int]], keys: list[str], until: list[str],
+                  max_gen_toks: int) -> list[LoverResult]:
+        """Decode (or take from the bank) and featurise one batch of prompts; score with loaded verifiers."""
+        branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
+        features = [self.feature_cache.get(k, self.layers, self.template_ids)
+                    if self.feature_cache is not None and b is not None else None for k, b in zip(keys, branches)]
+        computed = [f is None for f in features]  # these go into the feature cache once computed
+        todo = [i for i, b in enumerate(branches) if b is None]
+        if todo and self.config.bank.bank_only:
+            raise NotInBank(f"{len(todo)} of {len(prompts)} questions are not in the bank {self.bank.path} "
+                            f"({len(self.bank)} records) and bank_only=true forbids decoding them; check the bank "
+                            "path, task, limit and generation settings, or drop bank_only to decode them.")
+        if todo:
+            pad_id = self.tokenizer.pad_token_id
+            pad_id = pad_id if pad_id is not None else self.tokenizer.eos_token_id
+            decoded, caches = decode_branches(self.model, self.tokenizer, [prompts[i] for i in todo],
+                                              self.config.decoding, max_gen_toks, until, self.eos_ids(), pad_id)
+            for i, q_branches, q_caches in zip(todo, decoded, caches):
+                branches[i] = q_branches
+                features[i] = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layers)
+                if self.bank is not None:
+                    self.bank.add(keys[i], q_branches, prompt_ids=prompts[i])
+        results = []
+        for i, q_branches in enumerate(branches):
+            if features[i] is None:  # from the bank: no KV cache, one prefill per question
+                features[i] = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, self.layers)
+            if self.feature_cache is not None and computed[i]:
+                self.feature_cache.put(keys[i], self.layers, self.template_ids, features[i])
+            at_layer = features[i][:, :, 0]  # (N, 2, L, D) -> (N, 2, D) at the main layer
+            probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
+            more = {layer: features[i][:, :, k].numpy() for k, layer in enumerate(self.layers) if k}
+            results.append(LoverResult(q_branches, at_layer.numpy(), probs, self.layer, prompts[i], more))
+        return results
+
+    def run(self, prompts: list[list[int]], until: list[str], max_gen_toks: int, batch_size: int = 1,
+            lengths: list[int] | None = None,
+            on_done: Callable[[list[int], list[LoverResult]], None] | None = None) -> list[LoverResult]:
+        """Results for prompts sharing stop strings and budget, in input order.
+
+        Longest first (by `lengths`, default the token count), `batch_size` per decoding batch; banked and
+        unbanked prompts are batched apart, so a decoding batch holds only prompts that need decoding and a grown
+        bank leaves no half-empty batches (a 20-row step costs about a 50-row one on a CPU). `on_done(indices,
+        results)` is called after each batch."""
+        keys = self.record_keys(prompts, until, max_gen_toks)
+        banked = self.banked(keys)
+        lengths = lengths if lengths is not None else [len(p) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
+        chunks = [part[start: start + batch_size] for part in ([i for i in order if banked[i]],
+                                                               [i for i in order if not banked[i]])
+                  for start in range(0, len(part), batch_size)]
+        results: list[LoverResult | None] = [None] * len(prompts)
+        for chunk in chunks:
+            done = self.featurise([prompts[i] for i in chunk], [keys[i] for i in chunk], until, max_gen_toks)
+            for i, result in zip(chunk, done):
+                results[i] = result
+            if on_done is not None:
+                on_done(chunk, done)
+        return results
+
+    def fit(self, results: list[LoverResult], task: str | None = None):
+        """Test-time fit: label-free on these results' own branches; stores the `lover` scores and warns when the
+        fit is degenerate. Returns the verifier."""
+        verifier = fit_on_results(results, extract=self.extract, config=self.config.fit)
+        warn_if_one_sided(results, task)
+        warn_if_constant_answer(results, task, self.extract)
+        return verifier
+
+    def select(self, results: list[LoverResult], strategy: str, verifier: str = "lover") -> list[str]:
+        """One answer per question by a selection strategy (selection.STRATEGIES; oracles need gold, not here)."""
+        extract = get_extractor(self.extract)
+        return [select(r, strategy, extract, verifier=verifier) for r in results]

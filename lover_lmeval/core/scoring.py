@@ -1,0 +1,186 @@
+"""Scoring: from results to verifier scores -- batching, the test-time fit, label-free orientation, warnings.
+
+Answer groups come from the task's extractor and `answers.answer_groups`, the rule selection uses too. The
+unsupervised path never touches a gold answer; only `gold_labels` (the supervised ceiling's input) takes them,
+and nothing label-free calls it.
+
+Dimensions: Q questions, N branches (padded to the largest), D hidden size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import numpy as np
+import torch
+
+from .answers import answer_groups, get_extractor, span_confidence
+from .selection import select
+from .stats import spearman
+from .verifier import VerifierConfig, fit
+
+log = logging.getLogger(__name__)
+
+
+def batch_results(results, extract: str):
+    """Stack results into (features (Q, N, 2, D), mask (Q, N), groups (Q, N), answers per question).
+
+    Group ids follow `answers.answer_groups` (branches without an answer form one group of their own).
+    """
+    extractor = get_extractor(extract)
+    n_max = max(len(r.branches) for r in results)
+    dim = results[0].features.shape[-1]
+    features = torch.zeros((len(results), n_max, 2, dim))  # (Q, N, 2, D)
+    mask = torch.zeros((len(results), n_max), dtype=torch.bool)
+    groups = torch.zeros((len(results), n_max), dtype=torch.long)
+    answers = []
+    for q, result in enumerate(results):
+        n = len(result.branches)
+        features[q, :n] = torch.from_numpy(result.features)
+        mask[q, :n] = True
+        values = [a.value if (a := extractor(b.text)) is not None else None for b in result.branches]
+        groups[q, :n] = torch.tensor(answer_groups(values))
+        answers.append(values)
+    return features, mask, groups, answers
+
+
+def answer_ids(answers: list[list[str | None]], width: int) -> torch.Tensor:
+    """(Q, width) long: the same id for the same answer string in every question, -1 for no answer and padding."""
+    ids: dict[str, int] = {}
+    out = torch.full((len(answers), width), -1, dtype=torch.long)
+    for q, row in enumerate(answers):
+        for i, value in enumerate(row):
+            if value is not None:
+                out[q, i] = ids.setdefault(value, len(ids))
+    return out
+
+
+def gold_labels(answers: list[list[str | None]], gold: list[str], width: int) -> torch.Tensor:
+    """(Q, N) 1.0 where a branch's extracted answer equals the gold answer, 0.0 elsewhere and on padding."""
+    return torch.tensor([[float(a == g) for a in row] + [0.0] * (width - len(row)) for row, g in zip(answers, gold)])
+
+
+def store_scores(results, verifier, features: torch.Tensor, name: str) -> None:
+    """Score the results' padded features (Q, N, 2, D) and keep p+ / p- as `result.verifier_probs[name]`."""
+    with torch.no_grad():
+        p_pos, p_neg = verifier(features)  # (Q, N) each
+    for q, result in enumerate(results):
+        n = len(result.branches)
+        result.verifier_probs[name] = torch.stack([p_pos[q, :n], p_neg[q, :n]], dim=-1).numpy()  # (N, 2)
+
+
+def vote_shares(answers: list[list[str | None]], width: int) -> torch.Tensor:
+    """(Q, N) share of its question's branches that give a branch's answer; 0 without an answer and on padding."""
+    return torch.tensor([[row.count(a) / len(row) if a is not None else 0.0 for a in row] + [0.0] * (width - len(row))
+                         for row in answers])
+
+
+def branch_confidences(results, extract: str, width: int) -> torch.Tensor:
+    """(Q, N) CoT-decoding's confidence in each branch's answer (mean top1-top2 margin over the answer span; 0 without
+    an answer and on padding)."""
+    extractor = get_extractor(extract)
+    return torch.tensor([[span_confidence(b.margins, b.offsets, extractor(b.text)) for b in r.branches]
+                         + [0.0] * (width - len(r.branches)) for r in results])
+
+
+def orient_fit(verifier, by: str, results, extract: str, features: torch.Tensor, mask: torch.Tensor,
+               answers: list[list[str | None]]) -> float:
+    """`orient_by` with the signal VerifierConfig.orient=`by` names (vote shares or CoT-decoding confidences), from
+    `batch_results`' outputs."""
+    width = mask.shape[1]
+    signal = vote_shares(answers, width) if by == "vote" else branch_confidences(results, extract, width)  # (Q, N)
+    return orient_by(verifier, features, mask, signal)
+
+
+def orient_by(verifier, features: torch.Tensor, mask: torch.Tensor, signal: torch.Tensor) -> float:
+    """Label-free orientation (VerifierConfig.orient): flip the verifier when, over the real branches of `features`
+    (Q, N, 2, D), its scores fall as the per-branch `signal` (Q, N) rises (vote share, or CoT-decoding confidence).
+
+    Returns the Spearman correlation of the unflipped scores with the signal (flipped when < 0).
+    """
+    verifier.orientation.fill_(1.0)
+    with torch.no_grad():
+        scores = verifier.scores(features)  # (Q, N)
+    correlation = spearman(scores[mask], signal[mask])
+    if correlation < 0:
+        verifier.orientation.fill_(-1.0)
+    return correlation
+
+
+def one_sided(scores: np.ndarray, edge: float = 0.05, share: float = 0.95) -> str | None:
+    """'false' / 'true' when at least `share` of the branch scores lie within `edge` of 0 / of 1, else None.
+
+    A label-free sign of a degenerate fit: with every branch called false (or true), which answer wins is decided by
+    differences deep in the sigmoid's tail, not by a learnt notion of correctness (benchmarks/RESULTS.md).
+    """
+    if scores.size == 0:
+        return None
+    if (scores < edge).mean() >= share:
+        return "false"
+    if (scores > 1 - edge).mean() >= share:
+        return "true"
+    return None
+
+
+def constant_answer(picks: list[str], share: float = 0.95, min_questions: int = 20) -> str | None:
+    """The answer picked in at least `share` of the questions with an answer ("" = no branch gave one; at least
+    `min_questions` of them), else None.
+
+    A label-free sign of a fit that separated the answers' texts instead of right from wrong: on a task with few
+    possible answers (yes/no, True/False) it then gives the same answer to every question, and scores that
+    answer's base rate (benchmarks/RESULTS.md run 10: every binary test-time fit at full size did).
+    """
+    answered = [pick for pick in picks if pick]
+    if len(answered) < min_questions:
+        return None
+    answer, top_share = top_pick(answered)
+    return answer if top_share >= share else None
+
+
+def top_pick(picks: list[str]) -> tuple[str, float] | None:
+    """The most common of the questions' picks and its share among the answered questions ("" = no branch gave an
+    answer); None when no question was answered."""
+    answered = Counter(pick for pick in picks if pick)
+    if not answered:
+        return None
+    answer, count = answered.most_common(1)[0]
+    return answer, count / answered.total()
+
+
+def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
+    """Test-time fit: train label-free on these results' own branches, then score them in place."""
+    config = config or VerifierConfig()
+    features, mask, groups, answers = batch_results(results, extract)
+    verifier = fit(features, mask, groups, config, answer_ids=answer_ids(answers, mask.shape[1])).verifier
+    if config.orient != "none":
+        correlation = orient_fit(verifier, config.orient, results, extract, features, mask, answers)
+        log.info("test-time fit: Spearman(score, %s) = %+.3f -> %s", config.orient, correlation,
+                 "flipped" if correlation < 0 else "kept")
+    store_scores(results, verifier, features, "lover")
+    for result in results:  # lover_select checks it against the task's own extractor
+        result.fit_extract = extract
+    return verifier
+
+
+def warn_if_one_sided(results, task: str | None) -> None:
+    """Log a warning when the test-time fit of a task called (almost) every branch false or true."""
+    corner = one_sided(np.concatenate([r.scores("lover") for r in results]))
+    if corner is not None:
+        log.warning("the test-time fit on %d questions of %s called almost every branch %s (>= 95%% of scores "
+                    "within 0.05 of %d): LoVer's pick among the answers is then close to arbitrary; compare it with "
+                    "majority voting before trusting it (lover compare), or use a verifier trained with "
+                    "`lover train`.", len(results), task or "this run", corner, corner == "true")
+
+
+def warn_if_constant_answer(results, task: str | None, extract: str) -> None:
+    """Log a warning when LoVer(sum) with the test-time fit gives (almost) every question the same answer."""
+    extract_answer = get_extractor(extract)
+    picks = [select(r, "lover_sum", extract_answer) for r in results]
+    answer = constant_answer(picks)
+    if answer is not None:
+        share = top_pick(picks)[1]
+        log.warning("the test-time fit on %d questions of %s picks the answer %r in %.0f%% of them: it has separated "
+                    "the answers' texts, not right from wrong, so LoVer scores that answer's base rate; compare it "
+                    "with majority voting and greedy decoding before trusting it (lover compare).",
+                    len(results), task or "this run", answer, 100 * share)

@@ -1,0 +1,162 @@
+"""Selection: pick one answer per question from its N branches, by a named strategy.
+
+Each branch's final answer (and its character span) comes from an extractor (answers.py); branches with
+equal answers form a group (`answers.answer_groups`); each candidate group gets a score and the best group's
+answer is returned. Strategies (score of a branch -> score of a group):
+
+- greedy: branch 0's answer (CoT-decoding's branch 0 is the plain greedy decode).
+- majority: number of branches in the group.
+- cot_max / cot_sum: CoT-decoding confidence, Delta = mean over the answer-span tokens of
+  p(top1) - p(top2); a branch without an answer has Delta = 0. Group = max / sum of its branches.
+- lover_max / lover_sum: verifier score p = (p+ + 1 - p-) / 2; group = max / sum.
+- pass_at_n: an *oracle*, not a selector: it reads the gold answer and returns it if any branch has it. It is
+  an upper bound for every selector.
+
+Only groups with an answer compete; with none, the output is "" (counted wrong). Ties go to the group holding
+the lowest branch index, so the greedy answer wins a tie (deterministic). A strategy is one decorated function
+(`@register_strategy`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .answers import Answer, answer_members, get_extractor, span_confidence
+
+
+@dataclass
+class SelectionConfig:
+    """Which answers compete and whose scores choose among them."""
+
+    extract: str = "number"
+    """Answer extractor (answers.EXTRACTORS) grouping the branches for the test-time fit; it must be the extractor
+    of the task's `lover_select` filters, which refuse scores fitted with another one."""
+    verifier: str | None = "fit"
+    """`fit`: fit a verifier label-free on the evaluated questions' own branches (test-time fit); a checkpoint
+    path: score with that verifier; None: no verifier scores (the lover_* strategies then cannot run)."""
+    supervised_verifier: str | None = None
+    """A checkpoint scored next to the first as `supervised` (select it with `verifier: supervised`)."""
+
+    def __post_init__(self) -> None:
+        get_extractor(self.extract)  # names the allowed extractors
+
+    @property
+    def fit_at_test_time(self) -> bool:
+        return self.verifier == "fit"
+
+    def checkpoints(self) -> dict[str, str]:
+        """Verifier name -> checkpoint path, for the verifiers loaded from files."""
+        return {name: path for name, path in (("lover", self.verifier), ("supervised", self.supervised_verifier))
+                if path is not None and path != "fit"}
+
+
+@dataclass
+class Question:
+    """What a strategy sees of one question."""
+
+    result: object
+    """A `LoverResult` (branches, margins, verifier scores), or a plain string treated as one branch."""
+    answers: list[Answer | None]
+    """Each branch's extracted answer (None: no answer)."""
+    verifier: str
+    """Whose scores the lover_* strategies read (`LoverResult.verifier_probs` key)."""
+    gold: str | None
+    """The gold answer: given to oracle strategies only."""
+
+    @property
+    def members(self) -> dict[str, list[int]]:
+        return answer_members([a.value if a is not None else None for a in self.answers])
+
+    @property
+    def branches(self):
+        return getattr(self.result, "branches", None)
+
+
+Strategy = Callable[[Question], str]
+#: name -> strategy; `lover_select`'s `strategy:` names one of these.
+STRATEGIES: dict[str, Strategy] = {}
+#: strategies that read the gold answer (never a selection method; reported as upper bounds)
+ORACLES: set[str] = set()
+
+
+def register_strategy(name: str, oracle: bool = False) -> Callable[[Strategy], Strategy]:
+    """Decorator: make a strategy available as ``strategy: name``; ``oracle=True`` lets it read the gold answer."""
+
+    def add(strategy: Strategy) -> Strategy:
+        if name in STRATEGIES:
+            raise ValueError(f"selection strategy {name!r} is registered twice")
+        STRATEGIES[name] = strategy
+        if oracle:
+            ORACLES.add(name)
+        return strategy
+
+    return add
+
+
+def pick_group(members: dict[str, list[int]], branch_scores: np.ndarray, reduce: Callable) -> str:
+    """Answer of the group with the highest reduced score; ties -> the group with the lowest branch index."""
+    if not members:
+        return ""
+    best = max(members.items(), key=lambda item: (reduce(branch_scores[item[1]]), -item[1][0]))
+    return best[0]
+
+
+@register_strategy("greedy")
+def greedy(question: Question) -> str:
+    first = question.answers[0]
+    return first.value if first is not None else ""
+
+
+@register_strategy("majority")
+def majority(question: Question) -> str:
+    return pick_group(question.members, np.ones(len(question.answers)), np.sum)
+
+
+def _needs_branches(question: Question, strategy: str):
+    if question.branches is None:
+        raise ValueError(f"strategy={strategy!r} needs lover_hf results (branches with margins and scores); "
+                         f"got a plain string. Run with --model lover_hf.")
+    return question.branches
+
+
+def _cot_scores(question: Question, strategy: str) -> np.ndarray:
+    branches = _needs_branches(question, strategy)
+    return np.array([span_confidence(b.margins, b.offsets, a) for b, a in zip(branches, question.answers)])
+
+
+def _verifier_scores(question: Question, strategy: str) -> np.ndarray:
+    _needs_branches(question, strategy)
+    return question.result.scores(question.verifier)
+
+
+def _group_strategy(name: str, branch_scores: Callable, reduce: Callable) -> None:
+    register_strategy(name)(lambda question: pick_group(question.members, branch_scores(question, name), reduce))
+
+
+for _prefix, _scores in (("cot", _cot_scores), ("lover", _verifier_scores)):
+    for _reduce_name, _reduce in (("max", np.max), ("sum", np.sum)):
+        _group_strategy(f"{_prefix}_{_reduce_name}", _scores, _reduce)
+
+
+@register_strategy("pass_at_n", oracle=True)
+def pass_at_n(question: Question) -> str:
+    if question.gold is None:
+        raise ValueError("strategy=pass_at_n needs the doc field named by `gold` (e.g. gold: target).")
+    return question.gold if question.gold in question.members else majority(question)
+
+
+def check_strategy(strategy: str) -> None:
+    """ValueError naming the registered strategies when `strategy` is not one of them."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"lover_select strategy={strategy!r} is unknown; use one of {', '.join(STRATEGIES)}.")
+
+
+def select(result, strategy: str, extract: Callable, gold: str | None = None, verifier: str = "lover") -> str:
+    """Apply one strategy to one lover_hf result (or a plain string, treated as a single branch)."""
+    check_strategy(strategy)
+    branches = getattr(result, "branches", None)
+    texts = [b.text for b in branches] if branches else [str.__str__(result)]
+    return STRATEGIES[strategy](Question(result, [extract(t) for t in texts], verifier, gold))

@@ -1,0 +1,1 @@
+"""Datasets behind the tasks: loaders for lm-eval's `custom_dataset` (tasks.py) and our iGSM generator (igsm.py)."""

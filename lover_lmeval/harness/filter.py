@@ -1,0 +1,49 @@
+"""`lover_select`: the lm-eval filter that applies one selection strategy (core/selection.py) per question.
+
+It emits a plain `str` (lm-eval's own regex filter turns non-`str` into "", so this filter must come first in a
+chain). Only oracle strategies (`pass_at_n`) read the doc's gold field; selectors never look at the doc.
+"""
+
+from __future__ import annotations
+
+from lm_eval.api.filter import Filter
+
+from ..core.answers import get_extractor
+from ..core.selection import ORACLES, SelectionConfig, check_strategy, select
+
+
+class LoverSelect(Filter):
+    """lm-eval filter: `- function: lover_select` with `strategy`, `extract`, optional `verifier`, `gold`."""
+
+    def __init__(self, strategy: str = "lover_sum", extract: str = SelectionConfig.extract, verifier: str = "lover",
+                 gold: str | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        check_strategy(strategy)
+        self.strategy, self.extract_name, self.verifier, self.gold = strategy, extract, verifier, gold
+        self.extract = get_extractor(extract)
+
+    def _gold(self, doc: dict) -> str | None:
+        if self.strategy not in ORACLES:
+            return None  # selectors never look at the doc: it holds the label
+        if self.gold is None or self.gold not in doc:
+            raise ValueError(f"strategy={self.strategy} needs `gold: FIELD` naming the doc's answer field; "
+                             f"got gold={self.gold!r}, doc fields: {sorted(doc)}")
+        answer = self.extract(str(doc[self.gold]))
+        return answer.value if answer is not None else str(doc[self.gold]).strip()
+
+    def check_fit_extractor(self, resps) -> None:
+        """The test-time fit must have grouped answers as this filter does, or its scores mean nothing here."""
+        if not (self.strategy.startswith("lover_") and self.verifier == "lover"):
+            return
+        used = {getattr(r, "fit_extract", None) for rs in resps for r in rs} - {None}
+        wrong = sorted(used - {self.extract_name})
+        if wrong:
+            raise ValueError(
+                f"lover_hf fitted its test-time verifier with extract={wrong[0]}, but this task's lover_select "
+                f"filters extract {self.extract_name}: pass extract={self.extract_name} in --model_args, and run "
+                "tasks with different extractors in separate lm_eval calls (`lover compare` sets it per task).")
+
+    def apply(self, resps, docs):
+        self.check_fit_extractor(resps)
+        return [[select(r, self.strategy, self.extract, self._gold(doc), self.verifier) for r in rs]
+                for rs, doc in zip(resps, docs)]

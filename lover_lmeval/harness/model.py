@@ -1,0 +1,118 @@
+"""`lover_hf`: lm-eval's HFLM, except that `generate_until` runs the LoVer pipeline and returns its evidence.
+
+Loading, tokenization, chat templates, batching knobs and data parallelism are HFLM's; decoding, features,
+the test-time fit and scoring are `core.pipeline.Pipeline`'s. This class only turns lm-eval requests into
+prompts and back (in the spirit of lm-eval's own `models/hf_steered.py`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from lm_eval.models.huggingface import HFLM
+from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
+from tqdm import tqdm
+
+from ..core import loading
+from ..core.config import LoverConfig
+from ..core.pipeline import Pipeline, log
+from ..core.results import LoverResult
+
+
+class LoverLM(HFLM):
+    """HFLM that returns a `LoverResult` (N branches, features, verifier scores) per request.
+
+    Model args beyond HFLM's are those of `core.config.MODEL_ARGS` plus `fit_config` (README: lover_hf model args).
+    `pretrained` may be omitted (the embedded SmolLM2-135M-Instruct is used); `gguf_file` is converted once to a
+    cached HF folder.
+    """
+
+    def __init__(self, pretrained=None, gguf_file=None, device=None, **kwargs):
+        config, hf_args = LoverConfig.from_model_args(kwargs)  # bad values fail here, before the model loads
+        gguf_sha256 = None
+        if pretrained is None and gguf_file is None:
+            gguf_file = str(loading.default_gguf())
+        if gguf_file is not None and isinstance(pretrained, (str, type(None))):
+            gguf_path = loading.resolve_gguf(pretrained, str(gguf_file))
+            pretrained = str(loading.convert_gguf(gguf_path))
+            gguf_sha256 = loading.sha256_file(gguf_path)
+        # HFLM's own default is "cuda", which fails on CPU-only machines: pick what is there.
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        super().__init__(pretrained=pretrained, device=device, **hf_args)
+        # HFLM shards requests across ranks only when there are several GPUs; a multi-process CPU launch
+        # (ACCELERATE_USE_CPU=1 torchrun/accelerate launch) should split the work the same way.
+        accelerator = getattr(self, "accelerator", None)
+        if accelerator is not None and accelerator.num_processes > 1 and self.world_size == 1:
+            self._rank, self._world_size = accelerator.local_process_index, accelerator.num_processes
+        name = loading.model_identity(str(pretrained), gguf_sha256, hf_args.get("revision"))
+        self.pipeline = Pipeline(self.model, self.tokenizer, config, model_name=name)
+
+    def _prompt_ids(self, context: str, max_ctx_len: int) -> list[int]:
+        ids = self.tok_encode(context)
+        if len(ids) > max_ctx_len:
+            log.warning("prompt of %d tokens exceeds the context window: keeping its last %d tokens "
+                        "(left truncation, as HFLM does).", len(ids), max_ctx_len)
+            ids = ids[-max_ctx_len:]
+        return ids
+
+    def prompts(self, contexts: list[str], gen_kwargs: dict) -> tuple[list[list[int]], list[str], int]:
+        """Prompt ids, stop strings and token budget of contexts sharing generation kwargs (as HFLM reads them)."""
+        kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
+        eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
+        until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
+        max_gen_toks = int(kwargs.pop("max_gen_toks"))
+        max_ctx_len = self.max_length - max_gen_toks
+        if max_ctx_len <= 0:
+            raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for the prompt in this model's "
+                             f"context window of {self.max_length} tokens; lower max_gen_toks.")
+        return [self._prompt_ids(c, max_ctx_len) for c in contexts], until, max_gen_toks
+
+    def in_bank(self, contexts: list[str], gen_kwargs: dict) -> list[bool]:
+        """Whether each context's branches are already in the bank (decoding would skip it)."""
+        if self.pipeline.bank is None:  # nothing to look up: skip tokenizing every prompt
+            return [False] * len(contexts)
+        return self.pipeline.banked(self.pipeline.record_keys(*self.prompts(contexts, gen_kwargs)))
+
+    def run_contexts(self, contexts: list[str], gen_kwargs: dict, on_done=None) -> list[LoverResult]:
+        """The pipeline's results for contexts sharing generation kwargs, longest context first (as HFLM)."""
+        prompts, until, max_gen_toks = self.prompts(contexts, gen_kwargs)
+        batch_size = self.batch_size if isinstance(self.batch_size, int) else 1
+        return self.pipeline.run(prompts, until, max_gen_toks, batch_size, [len(c) for c in contexts], on_done)
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
+        groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
+        for index, request in enumerate(requests):
+            groups[repr(sorted(request.args[1].items()))].append(index)
+        results: list[LoverResult | None] = [None] * len(requests)
+        log.info("lover_hf rank %d/%d: %d questions x %d branches", self.rank, self.world_size, len(requests),
+                 self.pipeline.config.decoding.n_branches)
+        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
+                   desc=f"lover_hf: {self.pipeline.config.decoding.n_branches} branches per question")
+        for indices in groups.values():
+            def done(chunk, chunk_results, indices=indices):
+                for k, result in zip(chunk, chunk_results):
+                    results[indices[k]] = result
+                    self.cache_hook.add_partial("generate_until", requests[indices[k]].args, result)
+                bar.update(len(chunk))
+
+            self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
+        bar.close()
+        if self.pipeline.config.selection.fit_at_test_time:
+            # One fit per task: the inter-group constraint compares answers to the same kind of question, and
+            # a run of several tasks must score each exactly as a run of that task alone would.
+            by_task = defaultdict(list)
+            for request, result in zip(requests, results):
+                by_task[getattr(request, "task_name", None)].append(result)
+            for task, task_results in by_task.items():
+                self.pipeline.fit(task_results, task)
+        return results
+
+    @torch.no_grad()
+    def greedy_reference(self, context: str, max_gen_toks: int) -> list[int]:
+        """Plain `generate` greedy continuation (used by tests and benchmarks as the baseline)."""
+        ids = torch.tensor([self.tok_encode(context)], device=self.device)
+        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                  max_new_tokens=max_gen_toks, pad_token_id=self.tokenizer.pad_token_id)
+        return out[0, ids.shape[1]:].tolist()

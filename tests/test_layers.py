@@ -1,0 +1,27 @@
+"""The package's layers are enforced by a tool, not by convention (pyproject's import-linter contracts)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_hold():
+    """apps > harness > data > core; the core and data layers import no lm-eval; no cycles between siblings."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--config", str(REPO / "pyproject.toml")], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "layers: apps > harness > data > core KEPT" in done.stdout
+    assert "0 broken" in done.stdout
+
+
+def test_the_lm_eval_adapter_stays_thin():
+    """LoverLM only turns lm-eval requests into prompts and back; the pipeline lives in the core."""
+    tree = ast.parse((REPO / "lover_lmeval" / "harness" / "model.py").read_text())
+    (adapter,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "LoverLM"]
+    assert adapter.end_lineno - adapter.lineno + 1 <= 120
