@@ -42,6 +42,13 @@ def test_scrambled_gold_answers_leave_the_unsupervised_checkpoint_bit_identical(
     clean, meta = _train(tmp_path, monkeypatch, tiny_model_dir, "clean")
     scrambled, _ = _train(tmp_path, monkeypatch, tiny_model_dir, "scrambled", scramble=True)
     assert clean.read_bytes() == scrambled.read_bytes()
+    # the authors' regime without dev labels is just as label-free (a short run of it)
+    authors = "regime=authors;epochs=30;resample_every=10"
+    clean_a, meta_a = _train(tmp_path, monkeypatch, tiny_model_dir, "clean-authors", fit_config=authors)
+    scrambled_a, _ = _train(tmp_path, monkeypatch, tiny_model_dir, "scrambled-authors", scramble=True,
+                            fit_config=authors)
+    assert clean_a.read_bytes() == scrambled_a.read_bytes()
+    assert json.loads(clean_a.with_suffix(".json").read_text())["verifier_config"]["regime"] == "authors"
     assert meta["supervised"] is False and meta["n_questions"] == 4 and meta["extract"] == "number"
     assert clean.with_suffix(".json").is_file() and clean.with_suffix(".report.json").is_file()
     assert clean.with_suffix(".losses.png").stat().st_size > 0

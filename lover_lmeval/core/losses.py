@@ -42,21 +42,26 @@ class LossTerm:
     function: Callable[..., torch.Tensor]
     inputs: tuple[str, ...]
     """Names among p_pos, p_neg, mask, groups, answer_ids, labels, passed positionally."""
-    shares_representatives: bool
-    """Takes ``reps=``: every such term of one step sees the same representative draw."""
+    draws: tuple[str, ...]
+    """Random draws it takes as keywords: ``reps`` (:func:`sample_representatives`, shared by every term of a
+    step) and/or ``pairs`` (:func:`sample_pairs`)."""
 
 
-#: name -> term, in registration order; a loss spec ("nega+intra+inter") names these.
-LOSS_TERMS: dict[str, LossTerm] = {}
+#: How a term reduces over branches and questions: "all" = the paper's equations (sums over every branch and
+#: pair, then the mean over questions); "representative" = the authors' code (losses_authors.py).
+REDUCTIONS = ("all", "representative")
+#: reduction -> term name -> term, in registration order; a loss spec ("nega+intra+inter") names these.
+LOSS_TERMS: dict[str, dict[str, LossTerm]] = {reduction: {} for reduction in REDUCTIONS}
 
 
-def register_loss(name: str, inputs: tuple[str, ...], shares_representatives: bool = False):
-    """Decorator: make a pure loss function available in loss specs as ``name``."""
+def register_loss(name: str, inputs: tuple[str, ...], draws: tuple[str, ...] = (), reduction: str = "all"):
+    """Decorator: make a pure loss function available in loss specs as ``name`` under ``reduction`` (a term with
+    no "representative" variant uses its "all" one there)."""
 
     def add(function):
-        if name in LOSS_TERMS:
-            raise ValueError(f"loss term {name!r} is registered twice")
-        LOSS_TERMS[name] = LossTerm(function, inputs, shares_representatives)
+        if name in LOSS_TERMS[reduction]:
+            raise ValueError(f"loss term {name!r} is registered twice for reduction {reduction!r}")
+        LOSS_TERMS[reduction][name] = LossTerm(function, inputs, draws)
         return function
 
     return add
@@ -149,6 +154,21 @@ def sample_representatives(groups: torch.Tensor, mask: torch.Tensor,
     return index, exists
 
 
+def sample_pairs(groups: torch.Tensor, mask: torch.Tensor,
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pick one uniformly random ordered pair of distinct real branches per group of two or more.
+
+    Returns ``(first, second, has_pair)``, each ``(Q, G)``; meaningless where ``has_pair`` is False. The two
+    branches with the largest i.i.d. uniform keys within a group form a uniform random pair.
+    """
+    device = generator.device if generator is not None else groups.device
+    keys = torch.rand(groups.shape, generator=generator, device=device).to(groups.device)  # (Q, N)
+    onehot = group_onehot(groups, mask) > 0  # (Q, N, G)
+    keyed = torch.where(onehot, keys.unsqueeze(-1), torch.full_like(keys, -1.0).unsqueeze(-1))  # (Q, N, G)
+    top2 = keyed.topk(2, dim=1).indices  # (Q, 2, G)
+    return top2[:, 0], top2[:, 1], onehot.sum(dim=1) >= 2
+
+
 def _representative_probs(p_pos, mask, groups, generator, reps):
     if reps is None:
         reps = sample_representatives(groups, mask, generator)
@@ -158,7 +178,7 @@ def _representative_probs(p_pos, mask, groups, generator, reps):
     return torch.gather(p_pos, 1, index) * exists.to(p_pos.dtype)  # (Q, G)
 
 
-@register_loss("inter", ("p_pos", "mask", "groups"), shares_representatives=True)
+@register_loss("inter", ("p_pos", "mask", "groups"), draws=("reps",))
 def inter_group_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                      generator: torch.Generator | None = None, *,
                      reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -179,7 +199,7 @@ def inter_group_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tens
     return _mean_over_questions((s - 1) ** 2 + entropy, mask)
 
 
-@register_loss("inter_raw", ("p_pos", "mask", "groups"), shares_representatives=True)
+@register_loss("inter_raw", ("p_pos", "mask", "groups"), draws=("reps",))
 def inter_raw_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                    generator: torch.Generator | None = None, *,
                    reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -192,14 +212,26 @@ def inter_raw_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor
     G groups costs ``log G`` (1.6 at G = 5); a fit can settle in that corner. Here the all-false corner
     still costs 1, a hedge ``p_k = 1/G`` costs ``log2(G) / G`` (0.46 at G = 5) and one true group 0.
     """
+    return _mean_over_questions(inter_raw_per_question(p_pos, mask, groups, generator, reps=reps), mask)
+
+
+def inter_raw_per_question(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
+                           generator: torch.Generator | None = None, *,
+                           reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """(Q,) the value of :func:`inter_raw_loss` for each question, before any mean over questions."""
     _check(p_pos, mask, groups)
     rep = _representative_probs(p_pos, mask, groups, generator, reps)  # (Q, G), 0 in empty slots
-    n_groups = group_onehot(groups, mask).amax(dim=1).sum(dim=1).clamp(min=1)  # (Q,)
+    n_groups = group_count(groups, mask).clamp(min=1)  # (Q,)
     self_info = -(rep * torch.log2(rep.clamp(min=EPS))).sum(dim=1)  # (Q,); empty slots add 0 * log(EPS) = 0
-    return _mean_over_questions((rep.sum(dim=1) - 1) ** 2 + self_info / n_groups, mask)
+    return (rep.sum(dim=1) - 1) ** 2 + self_info / n_groups
 
 
-@register_loss("inter_logic", ("p_pos", "mask", "groups"), shares_representatives=True)
+def group_count(groups: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(Q,) number of non-empty answer groups per question (0 for a question without real branches)."""
+    return group_onehot(groups, mask).amax(dim=1).sum(dim=1)
+
+
+@register_loss("inter_logic", ("p_pos", "mask", "groups"), draws=("reps",))
 def inter_logic_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                      generator: torch.Generator | None = None, *,
                      reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -221,7 +253,7 @@ def inter_logic_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tens
     return _mean_over_questions(-torch.log(p_exactly_one + EPS), mask)
 
 
-@register_loss("balance", ("p_pos", "mask", "groups", "answer_ids"), shares_representatives=True)
+@register_loss("balance", ("p_pos", "mask", "groups", "answer_ids"), draws=("reps",))
 def balance_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, answer_ids: torch.Tensor,
                  generator: torch.Generator | None = None, *,
                  reps: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -282,7 +314,7 @@ def supervised_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor
 
 
 #: Loss terms understood by :func:`parse_loss_spec` / :func:`total_loss`.
-ALLOWED_TERMS = tuple(LOSS_TERMS)
+ALLOWED_TERMS = tuple(LOSS_TERMS["all"])
 
 
 def score(p_pos: torch.Tensor, p_neg: torch.Tensor) -> torch.Tensor:
@@ -321,24 +353,29 @@ def parse_loss_spec(spec: str | dict[str, float]) -> dict[str, float]:
 
 def loss_terms(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                terms, generator: torch.Generator | None = None,
-               labels: torch.Tensor | None = None, answer_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Each named term as a differentiable scalar; the inter-group and balance terms share one representative
-    draw. ``answer_ids`` (Q, N): one id per answer string across the batch, -1 for none (only ``balance`` reads it)."""
+               labels: torch.Tensor | None = None, answer_ids: torch.Tensor | None = None,
+               reduction: str = "all", draws: dict | None = None) -> dict[str, torch.Tensor]:
+    """Each named term as a differentiable scalar; the terms drawing representatives share one draw (drawn here
+    unless ``draws`` brings it). ``answer_ids`` (Q, N): one id per answer string across the batch, -1 for none
+    (only ``balance`` reads it)."""
     if "supervised" in terms and labels is None:
         raise ValueError("loss term 'supervised' needs labels, but labels=None")
     if "balance" in terms and answer_ids is None:
         raise ValueError("loss term 'balance' needs answer_ids (one id per answer string across questions), "
                          "but answer_ids=None")
-    shared = any(LOSS_TERMS[t].shares_representatives for t in terms)
-    reps = sample_representatives(groups, mask, generator) if shared else None
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction={reduction!r} is unknown; use one of {', '.join(REDUCTIONS)}")
+    entries = {t: LOSS_TERMS[reduction].get(t) or LOSS_TERMS["all"][t] for t in terms}
+    needed = {d for entry in entries.values() for d in entry.draws}
+    draws = dict(draws or {})
+    if "reps" in needed and "reps" not in draws:
+        draws["reps"] = sample_representatives(groups, mask, generator)
+    if "pairs" in needed and "pairs" not in draws:
+        draws["pairs"] = sample_pairs(groups, mask, generator)
     inputs = {"p_pos": p_pos, "p_neg": p_neg, "mask": mask, "groups": groups, "answer_ids": answer_ids,
               "labels": labels}
-    values: dict[str, torch.Tensor] = {}
-    for term in terms:
-        entry = LOSS_TERMS[term]
-        extra = {"reps": reps} if entry.shares_representatives else {}
-        values[term] = entry.function(*(inputs[name] for name in entry.inputs), **extra)
-    return values
+    return {term: entry.function(*(inputs[name] for name in entry.inputs), **{d: draws[d] for d in entry.draws})
+            for term, entry in entries.items()}
 
 
 def staged_terms(values: dict[str, torch.Tensor], threshold: float) -> set[str]:
@@ -363,14 +400,15 @@ def staged_terms(values: dict[str, torch.Tensor], threshold: float) -> set[str]:
 def total_loss(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                spec: str | dict[str, float], generator: torch.Generator | None = None,
                labels: torch.Tensor | None = None, curriculum: float = 0.0,
-               answer_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+               answer_ids: torch.Tensor | None = None, reduction: str = "all",
+               draws: dict | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Weighted sum of the terms in ``spec`` (only those :func:`staged_terms` picks, with a curriculum).
 
     Returns ``(total, terms)`` where ``total`` is the differentiable scalar and
     ``terms`` maps each term name to its unweighted value as a float (all terms, optimised or not).
     """
     weights = parse_loss_spec(spec)
-    values = loss_terms(p_pos, p_neg, mask, groups, weights, generator, labels, answer_ids)
+    values = loss_terms(p_pos, p_neg, mask, groups, weights, generator, labels, answer_ids, reduction, draws)
     active = staged_terms(values, curriculum)
     total = sum(weights[t] * v for t, v in values.items() if t in active)
     return total, {t: float(v.detach()) for t, v in values.items()}

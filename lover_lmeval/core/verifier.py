@@ -14,10 +14,23 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .losses import parse_loss_spec, score, total_loss
+from . import losses_authors  # noqa: F401  (registers the authors' reductions used by reduction="representative")
+from .losses import REDUCTIONS, parse_loss_spec, sample_pairs, sample_representatives, score, total_loss
 
 NORMALIZE_CHOICES = ("none", "mean", "meanstd")
 ORIENT_CHOICES = ("none", "vote", "confidence")
+INIT_CHOICES = ("default", "xavier")
+#: Named starting points for VerifierConfig (`regime=NAME` in a fit config; later keys override single fields).
+REGIMES = {
+    "ours": {},
+    # The authors' public code (method.py, train.sh), read field by field: one hidden layer of 100 with Xavier
+    # weights and zero biases, raw features, AdamW lr 1e-5 for 5000 full-batch epochs, the representative
+    # reductions (losses_authors.py) with group representatives re-drawn every 2000 epochs, and the staged schedule
+    # at 0.2. Their feature layer is the last one (`--layer -1`): pass layer=-1 in the model args for that.
+    "authors": {"n_hidden_layers": 1, "hidden": 100, "init": "xavier", "normalize": "none", "lr": 1e-5,
+                "epochs": 5000, "batch_questions": 0, "losses": "nega+intra+inter_raw",
+                "reduction": "representative", "resample_every": 2000, "curriculum": 0.2},
+}
 
 
 @dataclass
@@ -77,18 +90,46 @@ class VerifierConfig:
     """Questions per optimisation step; 0 means full batch.  Mini-batches converge in fewer
     FLOPs: at D=896, 1000 questions, signal 0.4, lr 1e-3, 100 full-batch steps reached 0.84
     while 30 epochs of 64-question batches (30 full batches' worth of FLOPs) reached 0.97."""
+    init: str = "default"
+    """Probe initialisation: ``"default"`` (PyTorch's), ``"xavier"`` (Xavier-uniform weights, zero biases; the
+    authors' code)."""
+    reduction: str = "all"
+    """How the loss terms reduce over branches (``losses.REDUCTIONS``): ``"all"``, the paper's equations (every
+    branch, every pair), or ``"representative"``, the authors' code (one random representative or pair per group,
+    pooled means, inter-group averaged within buckets of equal group count; ``losses_authors.py``)."""
+    resample_every: int = 1
+    """Epochs between draws of group representatives (and pairs): 1 draws anew at every step; the authors' code
+    keeps one draw for 2000 epochs."""
+    regime: str = "ours"
+    """The preset (``REGIMES``) the other fields started from, recorded for provenance; set it through
+    ``config_from_string("regime=authors;...")`` or :meth:`from_regime`, which apply the preset's fields."""
+
+    @classmethod
+    def from_regime(cls, regime: str, **overrides) -> VerifierConfig:
+        """The named preset (``REGIMES``) with single fields overridden."""
+        if regime not in REGIMES:
+            raise ValueError(f"regime={regime!r} is unknown; use one of {', '.join(REGIMES)}")
+        return cls(**{**REGIMES[regime], **overrides, "regime": regime})
 
     def __post_init__(self) -> None:
         for name in ("hidden", "epochs", "restarts"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("n_hidden_layers", "seed", "batch_questions"):
+        for name in ("n_hidden_layers", "seed", "batch_questions", "resample_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if self.orient not in ORIENT_CHOICES:
             raise ValueError(f"orient must be one of {', '.join(ORIENT_CHOICES)}, got {self.orient!r}")
+        if self.init not in INIT_CHOICES:
+            raise ValueError(f"init must be one of {', '.join(INIT_CHOICES)}, got {self.init!r}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {self.reduction!r}")
+        if self.regime not in REGIMES:
+            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+        if self.resample_every < 1:
+            raise ValueError(f"resample_every must be an integer >= 1, got {self.resample_every!r}")
         if self.normalize not in NORMALIZE_CHOICES:
             raise ValueError(f"normalize must be one of {', '.join(NORMALIZE_CHOICES)}, got {self.normalize!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
@@ -110,7 +151,8 @@ class VerifierConfig:
 
 def config_from_string(text: str) -> VerifierConfig:
     """``"losses=intra+inter;curriculum=0.2"`` -> VerifierConfig (``;``-separated, because lm-eval splits
-    ``--model_args`` on commas); each value is converted to the type of the field's default."""
+    ``--model_args`` on commas); each value is converted to the type of the field's default. ``regime=NAME`` starts
+    from that preset (``REGIMES``), wherever it stands; the other keys override its fields."""
     defaults = asdict(VerifierConfig())
     kwargs = {}
     for item in filter(None, (part.strip() for part in str(text).split(";"))):
@@ -124,7 +166,7 @@ def config_from_string(text: str) -> VerifierConfig:
             kwargs[key] = type(defaults[key])(value)
         except ValueError:
             raise ValueError(f"fit config {key}={value!r}: expected {type(defaults[key]).__name__}") from None
-    return VerifierConfig(**kwargs)
+    return VerifierConfig.from_regime(kwargs.pop("regime", "ours"), **kwargs)
 
 
 @torch.no_grad()
@@ -162,6 +204,11 @@ class Verifier(nn.Module):
             width = self.config.hidden
         layers.append(nn.Linear(width, 1))
         self.mlp = nn.Sequential(*layers)
+        if self.config.init == "xavier":
+            for layer in self.mlp:
+                if isinstance(layer, nn.Linear):
+                    nn.init.xavier_uniform_(layer.weight)
+                    nn.init.zeros_(layer.bias)
 
     @torch.no_grad()
     def set_normalization(self, features: torch.Tensor, mask: torch.Tensor) -> None:
@@ -232,8 +279,19 @@ def _unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids) -
     with torch.no_grad():
         p_pos, p_neg = verifier.head(normalized)
         gen = torch.Generator(device=normalized.device).manual_seed(config.seed)
-        total, terms = total_loss(p_pos, p_neg, mask, groups, config.losses, gen, answer_ids=answer_ids)
+        total, terms = total_loss(p_pos, p_neg, mask, groups, config.losses, gen, answer_ids=answer_ids,
+                                  reduction=config.reduction)
     return {**terms, "total": float(total)}
+
+
+def _draw(groups, mask, gen) -> dict:
+    """One draw of group representatives and pairs for every question (kept across epochs: resample_every)."""
+    return {"reps": sample_representatives(groups, mask, gen), "pairs": sample_pairs(groups, mask, gen)}
+
+
+def _rows(draws: dict | None, idx: torch.Tensor) -> dict | None:
+    """The draws of the questions `idx` (each draw is a tuple of (Q, G) tensors)."""
+    return None if draws is None else {name: tuple(t[idx] for t in draw) for name, draw in draws.items()}
 
 
 def _train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config, gen) -> list[dict] | None:
@@ -241,14 +299,19 @@ def _train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec,
     opt = torch.optim.AdamW(verifier.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     n_q = normalized.shape[0]
     history = []
+    # resample_every=1 draws inside every step (total_loss); longer periods keep one draw, as the authors' code does
+    draws = _draw(groups, mask, gen) if config.resample_every > 1 else None
     for epoch in range(config.epochs):
+        if draws is not None and epoch > 0 and (epoch + 1) % config.resample_every == 0:
+            draws = _draw(groups, mask, gen)
         sums: dict[str, float] = {}
         for idx in torch.randperm(n_q, generator=gen).to(normalized.device).split(config.batch_questions or n_q):
             p_pos, p_neg = verifier.head(normalized[idx])
             loss, terms = total_loss(p_pos, p_neg, mask[idx], groups[idx], spec, gen,
                                      None if labels is None else labels[idx],
                                      curriculum=0.0 if labels is not None else config.curriculum,
-                                     answer_ids=None if answer_ids is None else answer_ids[idx])
+                                     answer_ids=None if answer_ids is None else answer_ids[idx],
+                                     reduction=config.reduction, draws=_rows(draws, idx))
             if not torch.isfinite(loss):
                 return None
             opt.zero_grad()

@@ -1,0 +1,60 @@
+"""The authors' reductions of the paper's constraints (`VerifierConfig.reduction="representative"`).
+
+The authors' public code (`method.py`) computes the same three constraints as the paper's equations (losses.py)
+but reduces them differently; written here from reading it, for `regime=authors`:
+
+* negation on **one random representative** a_k per answer group, averaged over every group of every question
+  pooled: ``L_nega = mean_(q,k) [ min(p+_a, p-_a)^2 + (p+_a + p-_a - 1)^2 ]``;
+* intra-group on **one random pair** (i, j) per group of two or more branches, averaged over those groups pooled:
+  ``L_intra = mean_(q,k) [ (p+_i - p+_j)^2 + (p-_i - p-_j)^2 ]`` (0 when no group has two branches);
+* inter-group with the raw-probability entropy of :func:`losses.inter_raw_per_question`, averaged **within buckets
+  of questions with the same number of groups**, then over the buckets.
+
+Each is registered under the same name as the paper's term, for reduction "representative".
+
+Dimensions: Q questions, N branches, G = N group slots.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .losses import _check, group_count, inter_raw_per_question, register_loss
+
+
+def bucket_mean(per_question: torch.Tensor, n_groups: torch.Tensor) -> torch.Tensor:
+    """Mean within buckets of questions with equal group count (0-group questions left out), then over buckets."""
+    buckets = [per_question[n_groups == g].mean() for g in torch.unique(n_groups[n_groups > 0])]
+    return torch.stack(buckets).mean() if buckets else per_question.new_zeros(())
+
+
+@register_loss("nega", ("p_pos", "p_neg", "mask", "groups"), draws=("reps",), reduction="representative")
+def negation_loss_representative(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor,
+                                 groups: torch.Tensor, *, reps: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``mean over (q, k) of min(p+_a, p-_a)^2 + (p+_a + p-_a - 1)^2`` with a = the representative of group k."""
+    _check(p_pos, mask, groups)
+    index, exists = reps  # (Q, G) each
+    pos, neg = torch.gather(p_pos, 1, index)[exists], torch.gather(p_neg, 1, index)[exists]  # (R,) representatives
+    if pos.numel() == 0:
+        return p_pos.new_zeros(())
+    return (torch.minimum(pos, neg) ** 2 + (pos + neg - 1) ** 2).mean()
+
+
+@register_loss("intra", ("p_pos", "p_neg", "mask", "groups"), draws=("pairs",), reduction="representative")
+def intra_group_loss_representative(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor,
+                                    groups: torch.Tensor, *,
+                                    pairs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``mean over groups with a pair (i, j) of (p+_i - p+_j)^2 + (p-_i - p-_j)^2``; 0 without such a group."""
+    _check(p_pos, mask, groups)
+    first, second, has_pair = pairs  # (Q, G) each
+    if not has_pair.any():
+        return p_pos.new_zeros(())
+    gap = [(torch.gather(p, 1, first) - torch.gather(p, 1, second))[has_pair] ** 2 for p in (p_pos, p_neg)]  # (P,)
+    return (gap[0] + gap[1]).mean()
+
+
+@register_loss("inter_raw", ("p_pos", "mask", "groups"), draws=("reps",), reduction="representative")
+def inter_raw_loss_bucketed(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, *,
+                            reps: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """:func:`losses.inter_raw_loss`'s per-question value, averaged by :func:`bucket_mean`."""
+    return bucket_mean(inter_raw_per_question(p_pos, mask, groups, reps=reps), group_count(groups, mask))
