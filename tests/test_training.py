@@ -17,20 +17,20 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
 
 
-def _data_dir(root: Path, scramble: bool) -> Path:
-    """A LOVER_DATA_DIR with 6 real GSM8K questions; `scramble` replaces every gold number."""
+def _data_dir(root: Path, scramble: bool, keep_rows: set[int] = frozenset()) -> Path:
+    """A LOVER_DATA_DIR with 6 real GSM8K questions; `scramble` replaces every gold number but those of `keep_rows`."""
     (root / "gsm8k").mkdir(parents=True)
     rows = [json.loads(line) for line in open(SHARED_GSM8K / "train.jsonl")][:6]
     for i, row in enumerate(rows):
-        if scramble:
+        if scramble and i not in keep_rows:
             row["answer"] = re.sub(r"\d+", str(900 + i), row["answer"])
     for split in ("train", "test"):
         (root / "gsm8k" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
 
 
-def _train(tmp_path, monkeypatch, tiny_model_dir, name, scramble=False, limit=4, **kw):
-    monkeypatch.setenv("LOVER_DATA_DIR", str(_data_dir(tmp_path / f"data-{name}", scramble)))
+def _train(tmp_path, monkeypatch, tiny_model_dir, name, scramble=False, limit=4, keep_rows=frozenset(), **kw):
+    monkeypatch.setenv("LOVER_DATA_DIR", str(_data_dir(tmp_path / f"data-{name}", scramble, keep_rows)))
     out = tmp_path / f"{name}.safetensors"
     kw.setdefault("bank", str(tmp_path / f"bank-{name}.jsonl.gz"))
     metadata = train(f"pretrained={tiny_model_dir},n_branches=3", "lover_gsm8k", "train", limit, out,

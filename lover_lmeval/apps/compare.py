@@ -22,7 +22,7 @@ from lm_eval.tasks import TaskManager, get_task_dict
 from lm_eval.utils import simple_parse_args_string
 
 from ..core.answers import get_extractor
-from ..core.checkpoints import load_checkpoint
+from ..core.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from ..core.features import check_layer
 from ..core.results import LoverResult
 from ..core.scoring import batch_results, fit_on_results, store_scores
@@ -39,9 +39,11 @@ ROWS = ("greedy", "majority", "cot_max", "cot_sum", "lover_max", "lover_sum", "s
         "supervised_cv_max", "supervised_cv_sum", "pass_at_n")
 
 
-def verifier_rows(results: list, gold: list[str], extract, verifier: str, prefix: str) -> dict[str, np.ndarray]:
-    """Rows `{prefix}_max` / `{prefix}_sum`: LoVer selection with the scores of `verifier`."""
-    return {f"{prefix}_{reduce}": strategy_correct(results, gold, f"lover_{reduce}", extract, verifier)
+def verifier_rows(results: list, gold: list[str], extract, verifier: str, prefix: str,
+                  tag: str = "") -> dict[str, np.ndarray]:
+    """Rows `{prefix}_max{tag}` / `{prefix}_sum{tag}`: LoVer selection with the scores of `verifier`; `tag` says
+    how many gold labels made it (checkpoints.label_tag)."""
+    return {f"{prefix}_{reduce}{tag}": strategy_correct(results, gold, f"lover_{reduce}", extract, verifier)
             for reduce in ("max", "sum")}
 
 
@@ -131,8 +133,13 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     layers = [check_layer(layer, lm.model.config.num_hidden_layers) for layer in layers or []]
     # Extra verifiers scored on the same features (e.g. one trained on the training split next to the
     # test-time fit); loading refuses checkpoints made for another model, layer or templates.
-    extra = {name: load_checkpoint(path, expect=pipeline.identity)[0] for name, path in (checkpoints or {}).items()}
-    report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "identity": pipeline.identity, "tasks": {}}
+    extra = {name: load_checkpoint(path, expect=pipeline.identity) for name, path in (checkpoints or {}).items()}
+    report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "identity": pipeline.identity,
+              "verifiers": {name: {"checkpoint": Path(checkpoints[name]).name,
+                                   "gold_labels_used": gold_labels_used(meta),
+                                   "dev_question_ids": meta.get("dev_question_ids")}
+                            for name, (_, meta) in extra.items()},
+              "tasks": {}}
     curves, layer_curves, per_question, branches = {}, {}, [], []
     for task in tasks:
         extract_name = task_extractor(get_task_dict([task], manager)[task])
@@ -143,9 +150,9 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         table, results, gold, doc_ids = table_from_samples(evaluated["samples"][task], extract)
         if extra:
             features = batch_results(results, extract_name)[0]  # (Q, N, 2, D)
-        for name, verifier in extra.items():
+        for name, (verifier, meta) in extra.items():
             store_scores(results, verifier, features, name)
-            table.update(verifier_rows(results, gold, extract, name, name))
+            table.update(verifier_rows(results, gold, extract, name, name, label_tag(meta)))
         diagnostics = {name: diagnose(results, gold, extract, name) for name in results[0].verifier_probs}
         scored = {name: results for name in results[0].verifier_probs}
         if cv_folds >= 2 and len(results) >= cv_folds:

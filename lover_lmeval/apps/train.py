@@ -17,6 +17,7 @@ from lm_eval.tasks import TaskManager, get_task_dict
 from lm_eval.utils import simple_parse_args_string
 
 from ..core.checkpoints import save_checkpoint
+from ..core.dev_select import fit_with_dev, parse_select, selection_from_string
 from ..core.loading import cache_dir
 from ..core.losses import ALLOWED_TERMS
 from ..core.scoring import answer_ids, batch_results, gold_labels, orient_fit
@@ -37,44 +38,75 @@ def task_extractor(task) -> str:
     return names.pop()
 
 
+def _decode(lm, task, docs: list, apply_chat_template: bool, gen_kwargs: dict, banked_only: bool, what: str):
+    """Results of `docs` (through the bank) and the indices kept; the documents themselves never reach the model."""
+    chat = lm.apply_chat_template if apply_chat_template else None
+    contexts = [task.fewshot_context(d, 0, apply_chat_template=apply_chat_template, chat_template=chat) for d in docs]
+    keep = list(range(len(docs)))
+    if banked_only:  # train on what a (still growing) bank holds; the metadata names the questions used
+        keep = [i for i, banked in enumerate(lm.in_bank(contexts, gen_kwargs)) if banked]
+        if not keep:
+            raise ValueError(f"--banked_only: none of the {len(docs)} {what} questions is in the bank "
+                             f"{lm.pipeline.bank.path}; decode some first (drop --banked_only).")
+        log.info("--banked_only: %d of the %d %s questions are banked; using those", len(keep), len(docs), what)
+    return lm.run_contexts([contexts[i] for i in keep], gen_kwargs), keep
+
+
+def _gold(task, docs: list, split: str, task_name: str) -> list[str]:
+    gold = [str(task.doc_to_target(d)).strip() for d in docs]
+    if not all(gold):
+        raise ValueError(f"gold labels are needed, but split {split!r} of {task_name!r} has {sum(not g for g in gold)} "
+                         "empty targets (an unlabeled split); drop --supervised / --select.")
+    return gold
+
+
 def train(model_args: str, task_name: str, split: str, limit: int | None, out: str | Path,
           include_path: str | None, supervised: bool = False, losses: str | None = None, seed: int = 0,
           bank: str | None = None, apply_chat_template: bool = False, gen_kwargs: str = "", fit_config: str = "",
-          banked_only: bool = False) -> dict:
+          banked_only: bool = False, select: str = "none", dev_selection: str = "") -> dict:
     """Decode (through the bank), extract, fit and write checkpoint + report; returns the metadata.
-    `losses=None` means VerifierConfig's default."""
+
+    `losses=None` means VerifierConfig's default. `select="dev:K"`: the K documents after the first `limit` are
+    labelled dev questions (dev_select.py); with `supervised` the probe is trained on their labels alone
+    (supervised[devK]). The metadata's `gold_labels_used` counts every gold label the checkpoint saw."""
     losses = losses or VerifierConfig.losses
+    n_dev = parse_select(select)
     task = get_task_dict([task_name], TaskManager(include_path=include_path))[task_name]
     extract = task_extractor(task)
     if split not in task.dataset:
         raise ValueError(f"--split {split!r} not in task {task_name!r}; it has {sorted(task.dataset)}")
-    docs = list(task.dataset[split])[: limit or None]
+    if n_dev and not limit:
+        raise ValueError("--select dev:K needs --limit N: the dev questions are documents N .. N+K-1 of the split")
+    every_doc = list(task.dataset[split])
+    docs, dev_docs = every_doc[: limit or None], every_doc[limit: limit + n_dev] if n_dev else []
+    if len(dev_docs) < n_dev:
+        raise ValueError(f"--select dev:{n_dev}: split {split!r} has only {len(dev_docs)} documents after the first "
+                         f"{limit}; lower K or --limit.")
     args = {"verifier": None, **simple_parse_args_string(model_args)}
     args.setdefault("bank", str(bank or cache_dir() / "banks" / f"{task_name}-{split}.jsonl.gz"))
     lm = LoverLM(**args)
-    chat = lm.apply_chat_template if apply_chat_template else None
-    contexts = [task.fewshot_context(d, 0, apply_chat_template=apply_chat_template, chat_template=chat) for d in docs]
     gen_kwargs = {**(task.config.generation_kwargs or {}), **simple_parse_args_string(gen_kwargs)}
-    keep = None  # question indices, when only the banked ones are used
-    if banked_only:  # train on what a (still growing) bank holds; the metadata names the questions used
-        keep = [i for i, banked in enumerate(lm.in_bank(contexts, gen_kwargs)) if banked]
-        if not keep:
-            raise ValueError(f"--banked_only: none of the first {len(docs)} questions of {split!r} is in the bank "
-                             f"{lm.pipeline.bank.path}; decode some first (drop --banked_only).")
-        log.info("--banked_only: %d of the first %d questions are banked; training on those", len(keep), len(docs))
-        docs, contexts = [docs[i] for i in keep], [contexts[i] for i in keep]
-    # The documents (which hold the answers) are not handed to the model at all.
-    results = lm.run_contexts(contexts, gen_kwargs)
+    results, keep = _decode(lm, task, docs, apply_chat_template, gen_kwargs, banked_only, "training")
+    docs = [docs[i] for i in keep]
     features, mask, groups, answers = batch_results(results, extract)
-    labels = None
-    if supervised:
-        gold = [str(task.doc_to_target(d)).strip() for d in docs]
-        if not all(gold):
-            raise ValueError(f"--supervised needs gold answers, but split {split!r} of {task_name!r} has "
-                             f"{sum(not g for g in gold)} empty targets (an unlabeled split); drop --supervised.")
-        labels = gold_labels(answers, gold, mask.shape[1])
     config = config_from_string(";".join([f"losses={losses}", f"seed={seed}", fit_config]))
-    result = fit(features, mask, groups, config, labels=labels, answer_ids=answer_ids(answers, mask.shape[1]))
+    dev_ids, report_extra = None, {}
+    if n_dev:  # only these K documents' gold answers are read
+        dev_results, dev_keep = _decode(lm, task, dev_docs, apply_chat_template, gen_kwargs, banked_only, "dev")
+        dev_docs, dev_ids = [dev_docs[i] for i in dev_keep], [limit + i for i in dev_keep]
+        dev_features, dev_mask, dev_groups, dev_answers = batch_results(dev_results, extract)
+        dev_labels = gold_labels(dev_answers, _gold(task, dev_docs, split, task_name), dev_mask.shape[1])
+        if supervised:  # supervised[devK]: what the K labels buy when used directly
+            result = fit(dev_features, dev_mask, dev_groups, config, labels=dev_labels,
+                         answer_ids=answer_ids(dev_answers, dev_mask.shape[1]))
+        else:
+            result, report_extra = fit_with_dev(features, mask, groups, dev_features, dev_mask, dev_labels, config,
+                                                selection_from_string(dev_selection))
+        gold_used = len(dev_docs)
+    else:
+        labels = gold_labels(answers, _gold(task, docs, split, task_name), mask.shape[1]) if supervised else None
+        result = fit(features, mask, groups, config, labels=labels, answer_ids=answer_ids(answers, mask.shape[1]))
+        gold_used = len(docs) if supervised else 0
     orientation = None  # label-free, on the training branches; a supervised fit's sign is fixed by its labels
     if config.orient != "none" and not supervised:
         correlation = orient_fit(result.verifier, config.orient, results, extract, features, mask, answers)
@@ -82,13 +114,14 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     decoding = lm.pipeline.config.decoding
     metadata = {**lm.pipeline.identity, "decoding": {**vars(decoding)}, "n_branches": decoding.n_branches,
                 "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
-                "n_questions": len(docs), "question_indices": keep, "seed": seed,
+                "n_questions": len(docs), "question_indices": keep if banked_only else None, "seed": seed,
                 "supervised": supervised, "extract": extract, "orientation": orientation,
-                "final_losses": result.final_losses}
+                "final_losses": result.final_losses, "gold_labels_used": gold_used,
+                **({"select": f"dev:{n_dev}", "dev_question_ids": dev_ids} if n_dev else {})}
     out = Path(out)
     save_checkpoint(out, result.verifier, metadata)
     report = {"metadata": metadata, "restart_losses": result.restart_losses,
-              "mean_distinct_answers": float(np.mean([len(set(a)) for a in answers]))}
+              "mean_distinct_answers": float(np.mean([len(set(a)) for a in answers])), **report_extra}
     out.with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
     plot_history(result.history, out.with_suffix(".losses.png"))
     return metadata
@@ -116,6 +149,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fit_config", default="", help="more VerifierConfig fields, ';'-separated, e.g. "
                         "'curriculum=0.2;epochs=60' (losses and seed have their own options)")
     parser.add_argument("--bank", default=None, help="branch bank file (default: in the lover-lmeval cache dir)")
+    parser.add_argument("--select", default="none", help="none (label-free) or dev:K: documents --limit .. "
+                        "--limit+K-1 of the split are gold-labelled dev questions that choose the probe (initial "
+                        "probe, checkpoint, early stop, restart; the authors' protocol, dev:66 with --limit 200); "
+                        "with --supervised the probe is trained on those K labels alone. Recorded as "
+                        "gold_labels_used in the checkpoint")
+    parser.add_argument("--dev_selection", default="", help="DevSelection fields for --select dev:K, ';'-separated, "
+                        "e.g. 'init_tries=10;low_accuracy=0.05' (defaults: the authors' constants)")
     parser.add_argument("--banked_only", action="store_true", help="train on the banked questions among the first "
                         "--limit only (never decode), e.g. while the bank is still growing")
 
@@ -124,6 +164,6 @@ def run(args) -> int:
     logging.basicConfig(level=logging.INFO)
     metadata = train(args.model_args, args.task, args.split, args.limit, args.out, args.include_path,
                      args.supervised, args.losses, args.seed, args.bank, args.apply_chat_template, args.gen_kwargs,
-                     args.fit_config, args.banked_only)
+                     args.fit_config, args.banked_only, args.select, args.dev_selection)
     print(json.dumps({"checkpoint": args.out, "final_losses": metadata["final_losses"]}, indent=2))
     return 0

@@ -40,6 +40,23 @@ def save_checkpoint(path: str | Path, verifier: Verifier, metadata: dict) -> Non
     path.with_suffix(".json").write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
 
 
+def gold_labels_used(meta: dict) -> int:
+    """How many gold labels made this checkpoint (0: label-free). Checkpoints from before the field existed used
+    labels only when supervised: every training question's."""
+    if "gold_labels_used" in meta:
+        return int(meta["gold_labels_used"])
+    return int(meta.get("n_questions", 0)) if meta.get("supervised") else 0
+
+
+def label_tag(meta: dict) -> str:
+    """What a row scored by this checkpoint appends to its name: "" label-free, "[devK]" for dev-label selection
+    (or supervised on K dev labels), "[goldN]" for a probe trained on N gold labels."""
+    count = gold_labels_used(meta)
+    if not count:
+        return ""
+    return f"[dev{count}]" if str(meta.get("select", "")).startswith("dev:") else f"[gold{count}]"
+
+
 def _show(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 

@@ -22,7 +22,7 @@ import torch
 
 from .answers import get_extractor
 from .bank import BranchBank, FeatureCache, NotInBank, record_key
-from .checkpoints import load_checkpoint
+from .checkpoints import gold_labels_used, label_tag, load_checkpoint
 from .config import LoverConfig
 from .decoding import decode_branches
 from .features import assertion_features, features_from_tokens
@@ -52,8 +52,12 @@ class Pipeline:
         if self.bank is not None and bank.feature_cache is not None:
             where = cache_dir() / "features" if bank.feature_cache == "default" else bank.feature_cache
             self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
-        self.verifiers = {name: load_checkpoint(path, expect=self.identity)[0]
-                          for name, path in self.config.selection.checkpoints().items()}
+        self.verifiers = {}
+        for name, path in self.config.selection.checkpoints().items():
+            self.verifiers[name], meta = load_checkpoint(path, expect=self.identity)
+            if label_tag(meta):  # the YAML names the metric rows; say here that these are not label-free
+                log.warning("verifier %s was made with %d gold labels %s: the rows it scores (lover_*, or "
+                            "supervised_*) are not label-free", path, gold_labels_used(meta), label_tag(meta))
 
     @property
     def layer(self) -> int:

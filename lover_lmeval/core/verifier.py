@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -149,23 +150,29 @@ class VerifierConfig:
                              "balance); supervised training is selected by passing labels to fit()")
 
 
-def config_from_string(text: str) -> VerifierConfig:
-    """``"losses=intra+inter;curriculum=0.2"`` -> VerifierConfig (``;``-separated, because lm-eval splits
-    ``--model_args`` on commas); each value is converted to the type of the field's default. ``regime=NAME`` starts
-    from that preset (``REGIMES``), wherever it stands; the other keys override its fields."""
-    defaults = asdict(VerifierConfig())
+def fields_from_string(cls, text: str, example: str) -> dict:
+    """``"key=value;key=value"`` -> keyword arguments for the dataclass ``cls`` (``;``-separated, because lm-eval
+    splits ``--model_args`` on commas); each value is converted to the type of the field's default."""
+    defaults = asdict(cls())
     kwargs = {}
     for item in filter(None, (part.strip() for part in str(text).split(";"))):
         key, sep, value = (x.strip() for x in item.partition("="))
         if not sep or key not in defaults:
-            raise ValueError(f"fit config item {item!r} must be key=value with key one of {', '.join(defaults)}; "
-                             f"e.g. 'losses=nega+intra+inter_raw;curriculum=0.2'")
+            raise ValueError(f"config item {item!r} must be key=value with key one of {', '.join(defaults)}; "
+                             f"e.g. {example!r}")
         if key in kwargs:
-            raise ValueError(f"fit config sets {key} twice in {text!r}; give it once")
+            raise ValueError(f"config sets {key} twice in {text!r}; give it once")
         try:
             kwargs[key] = type(defaults[key])(value)
         except ValueError:
-            raise ValueError(f"fit config {key}={value!r}: expected {type(defaults[key]).__name__}") from None
+            raise ValueError(f"config {key}={value!r}: expected {type(defaults[key]).__name__}") from None
+    return kwargs
+
+
+def config_from_string(text: str) -> VerifierConfig:
+    """``"losses=intra+inter;curriculum=0.2"`` -> VerifierConfig (:func:`fields_from_string`). ``regime=NAME``
+    starts from that preset (``REGIMES``), wherever it stands; the other keys override its fields."""
+    kwargs = fields_from_string(VerifierConfig, text, "losses=nega+intra+inter_raw;curriculum=0.2")
     return VerifierConfig.from_regime(kwargs.pop("regime", "ours"), **kwargs)
 
 
@@ -274,7 +281,7 @@ def _check_inputs(features, mask, groups, labels, answer_ids) -> None:
                          "check the feature extraction (e.g. fp16 overflow) before fitting")
 
 
-def _unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids) -> dict:
+def unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids) -> dict:
     """Full-set unsupervised loss with a fixed representative draw, so restarts are comparable."""
     with torch.no_grad():
         p_pos, p_neg = verifier.head(normalized)
@@ -294,8 +301,10 @@ def _rows(draws: dict | None, idx: torch.Tensor) -> dict | None:
     return None if draws is None else {name: tuple(t[idx] for t in draw) for name, draw in draws.items()}
 
 
-def _train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config, gen) -> list[dict] | None:
-    """Optimise one initialisation; per-epoch mean loss terms, or None on a non-finite loss."""
+def train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config, gen,
+                  after_epoch: Callable[[int], bool] | None = None) -> list[dict] | None:
+    """Optimise one initialisation; per-epoch mean loss terms, or None on a non-finite loss.
+    ``after_epoch(epoch)`` returning True stops early (dev-label selection, dev_select.py)."""
     opt = torch.optim.AdamW(verifier.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     n_q = normalized.shape[0]
     history = []
@@ -320,6 +329,8 @@ def _train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec,
             for k, v in {**terms, "total": float(loss.detach())}.items():  # question-weighted epoch mean
                 sums[k] = sums.get(k, 0.0) + v * len(idx) / n_q
         history.append({"epoch": epoch, **sums})
+        if after_epoch is not None and after_epoch(epoch):
+            break
     return history
 
 
@@ -348,9 +359,9 @@ def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
             torch.manual_seed(rseed)
             verifier = Verifier(dim, config).to(features.device)
         verifier.load_state_dict({**verifier.state_dict(), "norm_mean": mean, "norm_std": std})
-        rows = _train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config,
+        rows = train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config,
                               torch.Generator().manual_seed(rseed + 1))
-        final = (_unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids)
+        final = (unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids)
                  if rows is not None else {})
         if labels is not None and rows is not None:
             with torch.no_grad():
