@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import torch
 import pytest
 from lm_eval.api.instance import Instance
 
@@ -213,3 +214,19 @@ def test_test_time_fit_runs_once_per_task(tiny_model_dir, monkeypatch):
     alone = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, batch_size=4, fit_config="epochs=1;restarts=1")
     (solo,) = alone.generate_until([requests[1]], disable_tqdm=True)
     np.testing.assert_allclose(solo.verifier_probs["lover"], results[1].verifier_probs["lover"], atol=1e-6)
+
+
+def test_a_loaded_checkpoint_scores_every_branch(tiny_model_dir, tmp_path):
+    """verifier=CKPT and supervised_verifier=CKPT (the README's documented use) score each result when decoded."""
+    from lover_lmeval.core.checkpoints import save_checkpoint
+    from lover_lmeval.core.verifier import Verifier
+
+    probe = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier=None)
+    path = tmp_path / "probe.safetensors"
+    torch.manual_seed(0)
+    save_checkpoint(path, Verifier(int(probe.model.config.hidden_size)), dict(probe.pipeline.identity))
+    lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier=str(path), supervised_verifier=str(path))
+    (result,) = lm.generate_until([_request("Question: 2 + 2?\nAnswer:")], disable_tqdm=True)
+    assert set(result.verifier_probs) == {"lover", "supervised"}
+    assert result.verifier_probs["lover"].shape == (2, 2)
+    np.testing.assert_allclose(result.scores("lover"), result.scores("supervised"))

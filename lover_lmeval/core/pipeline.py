@@ -120,7 +120,8 @@ class Pipeline:
             if self.feature_cache is not None and computed[i]:
                 self.feature_cache.put(keys[i], self.layers, self.template_ids, features[i])
             at_layer = features[i][:, :, 0]  # (N, 2, L, D) -> (N, 2, D) at the main layer
-            probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
+            with torch.no_grad():  # scoring only: a loaded verifier's parameters require grad
+                probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
             more = {layer: features[i][:, :, k].numpy() for k, layer in enumerate(self.layers) if k}
             results.append(LoverResult(q_branches, at_layer.numpy(), probs, self.layer, prompts[i], more))
         return results

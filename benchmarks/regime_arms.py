@@ -1,0 +1,183 @@
+#!/usr/bin/env python
+"""The Regime experiment's arms on banked questions (benchmarks/RESULTS.md run 13): method, labels or regime?
+
+Every arm is a fit on the test questions' own branches (label-free objective) scored on those questions, except the
+supervised ones. Banks only (`bank_only`): nothing is decoded; features come from the feature cache or one pass
+over each banked branch.
+
+- D   our default test-time fit;              B   `regime=authors`, no labels;
+- A'  `regime=authors`, the K dev questions' labels choosing the probe (core/dev_select.py), named `[devK]`;
+- E   `supervised[devK]`: the authors' probe trained with BCE on the K dev labels alone;
+- cv  the 2-fold supervised cross-fit on the test questions (a ceiling, not a selector).
+
+Per arm: LoVer max / sum accuracy, per-question AUROC, top-pick share, paired bootstrap vs majority and
+CoT-decoding(sum). Also, when the test bank holds fp32 records of the same prompts, greedy and majority of the fp32
+branches paired with the bf16 ones (the precision check). Example (1.5B, bf16):
+
+    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/python benchmarks/regime_arms.py \
+      --model qwen2.5-coder-1.5b-instruct --dtype bfloat16 --test-docs 0:150 --dev-docs 200:266 --layers 14,28 \
+      --out benchmarks/results/regime_qwen2.5-coder-1.5b-instruct/arms.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from lm_eval.tasks import TaskManager, get_task_dict
+
+from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
+from lover_lmeval.core.answers import get_extractor
+from lover_lmeval.core.bank import BankConfig, record_key
+from lover_lmeval.core.dev_select import fit_with_dev
+from lover_lmeval.core.pipeline import Pipeline
+from lover_lmeval.core.results import LoverResult
+from lover_lmeval.core.scoring import batch_results, fit_on_results, gold_labels, store_scores, top_pick
+from lover_lmeval.core.selection import select
+from lover_lmeval.core.stats import paired_bootstrap
+from lover_lmeval.core.verifier import VerifierConfig, fit
+from lover_lmeval.harness.model import LoverLM
+
+REPO = Path(__file__).resolve().parents[1]
+TASK, EXTRACT = "lover_gsm8k", "number"
+BASELINES = ("greedy", "majority", "cot_max", "cot_sum")
+
+
+def docs_range(text: str) -> tuple[int, int]:
+    start, end = (int(x) for x in text.split(":"))
+    return start, end
+
+
+def at_layer(results: list[LoverResult], layer: int, main: int) -> list[LoverResult]:
+    """Copies of the results carrying `layer`'s features as their main ones (N, 2, D)."""
+    return [LoverResult(r.branches, r.features if layer == main else r.layer_features[layer], None, layer, r.prompt_ids)
+            for r in results]
+
+
+def row(results, gold, verifier, baselines, n_boot=10_000) -> dict:
+    extract = get_extractor(EXTRACT)
+    correct = {s: strategy_correct(results, gold, f"lover_{s}", extract, verifier) for s in ("max", "sum")}
+    diag = diagnose(results, gold, extract, verifier)
+    top = top_pick([select(r, "lover_sum", extract, verifier=verifier) for r in results])
+    return {"lover_max": float(correct["max"].mean()), "lover_sum": float(correct["sum"].mean()),
+            "auroc_per_question": diag["auroc_per_question_mean"], "auroc_pooled": diag["auroc_pooled"],
+            "top_pick_share": None if top is None else top[1],
+            **{f"sum_minus_{b}": paired_bootstrap(correct["sum"], baselines[b], n_boot, np.random.default_rng(0))
+               for b in ("majority", "cot_sum")},
+            "per_question_sum": "".join(str(int(c)) for c in correct["sum"])}
+
+
+def precision_check(lm, prompts, until, budget, test_results, gold) -> dict | None:
+    """Greedy and majority of the fp32 records of the same prompts (keys without dtype), paired with these."""
+    settings = {"decoding": dataclasses.asdict(lm.pipeline.config.decoding), "until": until, "max_gen_toks": budget}
+    fp32 = [lm.pipeline.bank.get(record_key(lm.pipeline.identity["model"], p, settings)) for p in prompts]
+    both = [i for i, b in enumerate(fp32) if b is not None]
+    if not both:
+        return None
+    extract = get_extractor(EXTRACT)
+    out = {"n": len(both)}
+    for strategy in ("greedy", "majority"):
+        a = np.array([float(select(test_results[i], strategy, extract) == gold[i]) for i in both])
+        b = np.array([float(select(LoverResult(fp32[i]), strategy, extract) == gold[i]) for i in both])
+        out[strategy] = {"bf16": float(a.mean()), "fp32": float(b.mean()),
+                         "bf16_minus_fp32": paired_bootstrap(a, b, 10_000, np.random.default_rng(0))}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--test-docs", default="0:150")
+    parser.add_argument("--dev-split", default="train", help="split the dev questions come from (never test in a "
+                        "reported run: a dry run may use it)")
+    parser.add_argument("--dev-docs", default="200:266", help="documents of the dev split used as dev")
+    parser.add_argument("--layers", default="14,28", help="feature layers; the first is the model's main layer")
+    parser.add_argument("--banks", default=None, help="bank folder (default benchmarks/banks/MODEL)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    banks = Path(args.banks) if args.banks else REPO / "benchmarks/banks" / args.model
+    gguf = subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True, capture_output=True,
+                          text=True).stdout.strip().splitlines()[-1]
+    layers = [int(x) for x in args.layers.split(",")]
+    lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(banks / f"{TASK}-test.jsonl.gz"), bank_only=True,
+                 verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])), batch_size=5)
+    task = get_task_dict([TASK], TaskManager(include_path=str(REPO / "task_configs")))[TASK]
+    gen_kwargs = dict(task.config.generation_kwargs)
+
+    def load(split: str, span: str, pipeline: Pipeline):
+        start, end = docs_range(span)
+        docs = list(task.dataset[split])[start:end]
+        contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
+                    for d in docs]
+        prompts, until, budget = lm.prompts(contexts, gen_kwargs)
+        results = pipeline.run(prompts, until, budget, batch_size=5, lengths=[len(c) for c in contexts])
+        return results, [str(task.doc_to_target(d)).strip() for d in docs], (prompts, until, budget)
+
+    began = time.perf_counter()
+    test, gold, test_prompts = load("test", args.test_docs, lm.pipeline)
+    dev_config = dataclasses.replace(lm.pipeline.config,
+                                     bank=BankConfig(str(banks / f"{TASK}-{args.dev_split}.jsonl.gz"), True))
+    dev_pipeline = Pipeline(lm.model, lm.tokenizer, dev_config, model_name=lm.pipeline.identity["model"])
+    dev, dev_gold, _ = load(args.dev_split, args.dev_docs, dev_pipeline)
+    print(f"features of {len(test)} test and {len(dev)} dev questions in {time.perf_counter() - began:.0f} s", flush=True)
+    extract = get_extractor(EXTRACT)
+    baselines = {s: strategy_correct(test, gold, s, extract) for s in BASELINES}
+    baselines["pass_at_n (oracle)"] = np.array([float(select(r, "pass_at_n", extract, gold=g) == g)
+                                                for r, g in zip(test, gold)])
+    report = {"args": vars(args), "n_test": len(test), "n_dev": len(dev), "gold_labels_used": {},
+              "baselines": {s: float(c.mean()) for s, c in baselines.items()},
+              "baseline_per_question": {s: "".join(str(int(x)) for x in c) for s, c in baselines.items()},
+              "cot_sum_minus_majority": paired_bootstrap(baselines["cot_sum"], baselines["majority"], 10_000,
+                                                         np.random.default_rng(0)),
+              "precision": precision_check(lm, *test_prompts, test, gold), "arms": {}}
+    authors = VerifierConfig.from_regime("authors")
+    for layer in layers:
+        scored, dev_at = at_layer(test, layer, layers[0]), at_layer(dev, layer, layers[0])
+        features, mask, groups, _ = batch_results(scored, EXTRACT)  # (Q, N, 2, D)
+        dev_features, dev_mask, dev_groups, dev_answers = batch_results(dev_at, EXTRACT)
+        dev_labels = gold_labels(dev_answers, dev_gold, dev_mask.shape[1])  # (K, N): the only labels the arms read
+        k = len(dev)
+        arms = {}
+        if layer == layers[0]:
+            arms["D: default test-time fit"] = (VerifierConfig(), None)
+        arms["B: regime=authors, label-free"] = (authors, None)
+        arms[f"A': regime=authors + select dev:{k} [dev{k}]"] = (authors, "dev")
+        arms[f"E: supervised[dev{k}] (authors' probe, BCE)"] = (authors, "supervised")
+        for name, (config, labels) in arms.items():
+            t0 = time.perf_counter()
+            if labels is None:
+                fit_on_results(scored, EXTRACT, config)
+                verifier_name = "lover"
+            else:
+                verifier_name = name.split(":")[0]
+                if labels == "dev":
+                    verifier = fit_with_dev(features, mask, groups, dev_features, dev_mask, dev_labels, config)[0].verifier
+                else:
+                    verifier = fit(dev_features, dev_mask, dev_groups, config, labels=dev_labels).verifier
+                store_scores(scored, verifier, features, verifier_name)
+            entry = row(scored, gold, verifier_name, baselines)
+            entry["fit_seconds"] = round(time.perf_counter() - t0, 1)
+            report["arms"][f"layer {layer} | {name}"] = entry
+            report["gold_labels_used"][f"layer {layer} | {name}"] = 0 if labels is None else k
+            print(f"layer {layer} | {name}: sum {entry['lover_sum']:.3f} max {entry['lover_max']:.3f} "
+                  f"AUROC/q {entry['auroc_per_question']} ({entry['fit_seconds']} s)", flush=True)
+        cross = cross_fit_supervised(scored, gold, EXTRACT, folds=2, seed=0)
+        report["arms"][f"layer {layer} | cv: supervised 2-fold cross-fit (ceiling)"] = row(cross, gold, "supervised_cv",
+                                                                                             baselines)
+        report["gold_labels_used"][f"layer {layer} | cv: supervised 2-fold cross-fit (ceiling)"] = len(test) // 2
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k not in ("baseline_per_question",)}, indent=1)[:6000])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
