@@ -1,0 +1,78 @@
+#!/usr/bin/env python
+"""Write our banked questions' features in the array layout the authors' public code reads (the outside check).
+
+The authors' `main.py` / `method.py` (github.com/wangxinyufighting/llm-lover; kept outside this repository, never
+committed) read, per split: hidden states `(num_data, N, 2, d, num_layers)` as .npy (it indexes the last axis
+with `--layer`), the model's answer per branch as JSON `{"i": [answer, ...]}` ("[invalid]" for none), and the gold
+solution as JSON `{"i": "... #### 18"}` (their `extract_gt_answer` reads the number after "####"). This writes
+those files from our banks, so their code can run unchanged on our features (`hs_train_*.npy`,
+`answers_model_train_*.json`, `answers_gt_train_*.json` and the same for test), e.g.:
+
+    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/python \
+      benchmarks/export_authors_layout.py --model qwen2.5-coder-0.5b-instruct --dtype float32 \
+      --train-docs 0:266 --test-docs 0:400 --layers 12,24 --out /tmp/lover-authors-input
+
+Train docs 0..265 hold our 200 training + 66 dev questions; their loader draws its own 200/66 partition of the
+exported training questions (random.Random(1029)), so the partition differs from ours while the protocol is theirs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from lm_eval.tasks import TaskManager, get_task_dict
+
+from lover_lmeval.core.answers import get_extractor
+from lover_lmeval.harness.model import LoverLM
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = "lover_gsm8k"
+INVALID = "[invalid]"  # the authors' BaseTask.INVALID_ANS
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--train-docs", default="0:266")
+    parser.add_argument("--test-docs", default="0:400")
+    parser.add_argument("--layers", default="12,24", help="hidden-state indices stacked on the last axis, in order")
+    parser.add_argument("--out", required=True, help="a folder outside the repository")
+    args = parser.parse_args()
+    gguf = subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True, capture_output=True,
+                          text=True).stdout.strip().splitlines()[-1]
+    layers = [int(x) for x in args.layers.split(",")]
+    task = get_task_dict([TASK], TaskManager(include_path=str(REPO / "task_configs")))[TASK]
+    extract = get_extractor("number")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for split, span in (("train", args.train_docs), ("test", args.test_docs)):
+        start, end = (int(x) for x in span.split(":"))
+        lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(REPO / "benchmarks/banks" / args.model /
+                                                                 f"{TASK}-{split}.jsonl.gz"),
+                     bank_only=True, verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])))
+        docs = list(task.dataset[split])[start:end]
+        contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
+                    for d in docs]
+        results = lm.run_contexts(contexts, dict(task.config.generation_kwargs))
+        stacked = [np.stack([r.features if layer == layers[0] else r.layer_features[layer] for layer in layers],
+                            axis=-1) for r in results]  # each (N, 2, D, L)
+        if len({s.shape for s in stacked}) != 1:
+            raise SystemExit(f"{split}: questions have different branch counts; the layout needs one N")
+        np.save(out / f"hs_{split}.npy", np.stack(stacked).astype(np.float32))  # (num_data, N, 2, D, L)
+        answers = {str(i): [a.value if (a := extract(b.text)) is not None else INVALID for b in r.branches]
+                   for i, r in enumerate(results)}
+        (out / f"answers_model_{split}.json").write_text(json.dumps(answers))
+        gold = {str(i): d.get("answer") or f"#### {task.doc_to_target(d)}" for i, d in enumerate(docs)}
+        (out / f"answers_gt_{split}.json").write_text(json.dumps(gold))
+        print(f"{split}: {len(results)} questions, layers {layers} -> {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
