@@ -25,6 +25,22 @@ def test_parse_select():
             parse_select(bad)
 
 
+def test_dev_selection_settings_are_validated():
+    with pytest.raises(ValueError, match="validate_every"):
+        DevSelection(validate_every=0)
+
+
+def test_dev_questions_never_come_from_the_test_split(tmp_path, monkeypatch, tiny_model_dir):
+    with pytest.raises(ValueError, match="test split"):
+        _train(tmp_path, monkeypatch, tiny_model_dir, "dev-test", select="dev:2", split_name="test")
+
+
+def test_the_authors_regime_keeps_its_own_losses_in_lover_train(tmp_path, monkeypatch, tiny_model_dir):
+    _, meta = _train(tmp_path, monkeypatch, tiny_model_dir, "authors-losses",
+                     fit_config="regime=authors;epochs=2;restarts=1")
+    assert meta["losses"] == "nega+intra+inter_raw"
+
+
 def test_dev_accuracy_is_lover_max_on_real_branches():
     """Question 0: branch 1 scores highest and is right; question 1: the padded branch 2 would score highest but is
     padding, so branch 0 (wrong) is picked: accuracy 1/2."""

@@ -119,15 +119,16 @@ def test_sampled_pairs_are_two_distinct_members_of_their_group():
 
 
 def test_representative_reduction_is_dispatched_by_name():
-    """`reduction="representative"` swaps in the authors' nega, intra and inter_raw; other terms keep theirs."""
+    """`reduction="representative"` swaps in the authors' nega, intra and inter_raw; balance keeps its own."""
     draws = {"reps": REPS, "pairs": PAIRS}
-    values = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["nega", "intra", "inter_raw", "inter"], reduction="representative",
-                        draws=draws)
+    values = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["nega", "intra", "inter_raw", "balance"],
+                        answer_ids=torch.zeros(2, 3, dtype=torch.long), reduction="representative", draws=draws)
     assert float(values["nega"]) == pytest.approx(0.14, abs=1e-6)
     assert float(values["intra"]) == pytest.approx(0.08)
     assert float(values["inter_raw"]) == pytest.approx(0.437974, abs=1e-5)
-    paper = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["inter"], draws=draws)
-    assert float(values["inter"]) == pytest.approx(float(paper["inter"]))
+    own = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["balance"], answer_ids=torch.zeros(2, 3, dtype=torch.long),
+                     draws=draws)
+    assert float(values["balance"]) == pytest.approx(float(own["balance"]))
     assert bucket_mean(torch.tensor([1.0, 3.0, 5.0]), torch.tensor([2, 2, 0])) == pytest.approx(2.0)
 
 
@@ -167,3 +168,16 @@ def test_authors_regime_fits_and_keeps_one_draw_between_resamples(monkeypatch):
     assert len(calls) == 3
     assert set(result.final_losses) == {"nega", "intra", "inter_raw", "total"}
     assert all(math.isfinite(v) for v in result.final_losses.values())
+
+
+def test_pairs_with_a_single_branch_are_absent_not_an_error():
+    first, second, has_pair = sample_pairs(torch.zeros(3, 1, dtype=torch.long), torch.ones(3, 1, dtype=torch.bool))
+    assert not has_pair.any() and first.shape == second.shape == (3, 1)
+
+
+def test_inter_with_the_representative_reduction_is_bucketed_too():
+    """inter's per-question values bucketed like inter_raw's: q0 and q1 sit in different buckets, so the bucket mean
+    equals the mean over the two questions; the paper's (question-mean) value is the same here."""
+    values = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["inter"], reduction="representative", draws={"reps": REPS})
+    paper = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["inter"], draws={"reps": REPS})
+    assert float(values["inter"]) == pytest.approx(float(paper["inter"]))

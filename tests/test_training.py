@@ -29,11 +29,12 @@ def _data_dir(root: Path, scramble: bool, keep_rows: set[int] = frozenset()) -> 
     return root
 
 
-def _train(tmp_path, monkeypatch, tiny_model_dir, name, scramble=False, limit=4, keep_rows=frozenset(), **kw):
+def _train(tmp_path, monkeypatch, tiny_model_dir, name, scramble=False, limit=4, keep_rows=frozenset(),
+           split_name="train", **kw):
     monkeypatch.setenv("LOVER_DATA_DIR", str(_data_dir(tmp_path / f"data-{name}", scramble, keep_rows)))
     out = tmp_path / f"{name}.safetensors"
     kw.setdefault("bank", str(tmp_path / f"bank-{name}.jsonl.gz"))
-    metadata = train(f"pretrained={tiny_model_dir},n_branches=3", "lover_gsm8k", "train", limit, out,
+    metadata = train(f"pretrained={tiny_model_dir},n_branches=3", "lover_gsm8k", split_name, limit, out,
                      str(REPO / "task_configs"), gen_kwargs="max_gen_toks=12", **kw)
     return out, metadata
 

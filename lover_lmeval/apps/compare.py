@@ -21,7 +21,7 @@ from lm_eval import simple_evaluate
 from lm_eval.tasks import TaskManager, get_task_dict
 from lm_eval.utils import simple_parse_args_string
 
-from ..core.answers import get_extractor
+from ..core.answers import get_extractor, n_answer_groups
 from ..core.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from ..core.features import check_layer
 from ..core.results import LoverResult
@@ -134,12 +134,17 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     # Extra verifiers scored on the same features (e.g. one trained on the training split next to the
     # test-time fit); loading refuses checkpoints made for another model, layer or templates.
     extra = {name: load_checkpoint(path, expect=pipeline.identity) for name, path in (checkpoints or {}).items()}
+    # every verifier that scores rows, with the gold labels it was made with; lover_hf's own verifier=CKPT and
+    # supervised_verifier=CKPT rows are named by the task YAML, so their tags are added here
+    metas = {**pipeline.verifier_meta, **{name: meta for name, (_, meta) in extra.items()}}
+    tags = {name: label_tag(meta) for name, meta in metas.items()}
     report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "identity": pipeline.identity,
-              "verifiers": {name: {"checkpoint": Path(checkpoints[name]).name,
+              "verifiers": {name: {"checkpoint": Path(checkpoints[name]).name if name in extra else "model_args",
                                    "gold_labels_used": gold_labels_used(meta),
                                    "dev_question_ids": meta.get("dev_question_ids")}
-                            for name, (_, meta) in extra.items()},
+                            for name, meta in metas.items()},
               "tasks": {}}
+    lover_sum = "lover_sum" + tags.get("lover", "")
     curves, layer_curves, per_question, branches = {}, {}, [], []
     for task in tasks:
         extract_name = task_extractor(get_task_dict([task], manager)[task])
@@ -148,11 +153,15 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,
                                     gen_kwargs=gen_kwargs or None, apply_chat_template=apply_chat_template)
         table, results, gold, doc_ids = table_from_samples(evaluated["samples"][task], extract)
+        for name in pipeline.verifier_meta:
+            for reduce in ("max", "sum"):
+                if tags[name] and f"{name}_{reduce}" in table:
+                    table[f"{name}_{reduce}{tags[name]}"] = table.pop(f"{name}_{reduce}")
         if extra:
             features = batch_results(results, extract_name)[0]  # (Q, N, 2, D)
         for name, (verifier, meta) in extra.items():
             store_scores(results, verifier, features, name)
-            table.update(verifier_rows(results, gold, extract, name, name, label_tag(meta)))
+            table.update(verifier_rows(results, gold, extract, name, name, tags[name]))
         diagnostics = {name: diagnose(results, gold, extract, name) for name in results[0].verifier_probs}
         scored = {name: results for name in results[0].verifier_probs}
         if cv_folds >= 2 and len(results) >= cv_folds:
@@ -166,9 +175,10 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         for name, correct in table.items():
             low, high = bootstrap_interval(correct, n_boot, rng)
             rows[name] = {"acc": float(correct.mean()), "low": low, "high": high, "n": int(len(correct))}
-        paired = {base: paired_bootstrap(table["lover_sum"], table[base], n_boot, rng)
-                  for base in ("majority", "cot_sum") if base in table and "lover_sum" in table}
-        distinct = float(np.mean([len({a.value if a else None for a in map(extract, r.texts)}) for r in results]))
+        paired = {base: paired_bootstrap(table[lover_sum], table[base], n_boot, rng)
+                  for base in ("majority", "cot_sum") if base in table and lover_sum in table}
+        distinct = float(np.mean([n_answer_groups([a.value if a else None for a in map(extract, r.texts)])
+                                  for r in results]))
         curves[task] = accuracy_vs_n(results, gold, extract, extract_name, pipeline.config.fit)
         report["tasks"][task] = {"extract": extract_name, "rows": rows, "paired": paired,
                                  "distinct_answers": distinct, "accuracy_vs_n": curves[task],

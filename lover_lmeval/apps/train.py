@@ -16,6 +16,7 @@ import numpy as np
 from lm_eval.tasks import TaskManager, get_task_dict
 from lm_eval.utils import simple_parse_args_string
 
+from ..core.answers import n_answer_groups
 from ..core.checkpoints import save_checkpoint
 from ..core.dev_select import fit_with_dev, parse_select, selection_from_string
 from ..core.loading import cache_dir
@@ -66,10 +67,9 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
           banked_only: bool = False, select: str = "none", dev_selection: str = "") -> dict:
     """Decode (through the bank), extract, fit and write checkpoint + report; returns the metadata.
 
-    `losses=None` means VerifierConfig's default. `select="dev:K"`: the K documents after the first `limit` are
+    `losses=None` keeps the fit config's own (VerifierConfig's default, or its regime's). `select="dev:K"`: the K documents after the first `limit` are
     labelled dev questions (dev_select.py); with `supervised` the probe is trained on their labels alone
     (supervised[devK]). The metadata's `gold_labels_used` counts every gold label the checkpoint saw."""
-    losses = losses or VerifierConfig.losses
     n_dev = parse_select(select)
     task = get_task_dict([task_name], TaskManager(include_path=include_path))[task_name]
     extract = task_extractor(task)
@@ -77,6 +77,9 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
         raise ValueError(f"--split {split!r} not in task {task_name!r}; it has {sorted(task.dataset)}")
     if n_dev and not limit:
         raise ValueError("--select dev:K needs --limit N: the dev questions are documents N .. N+K-1 of the split")
+    if n_dev and split == task.config.test_split:
+        raise ValueError(f"--select dev:K reads gold labels: take the dev questions from a training split, not "
+                         f"{task_name}'s test split {split!r} (the questions it is evaluated on).")
     every_doc = list(task.dataset[split])
     docs, dev_docs = every_doc[: limit or None], every_doc[limit: limit + n_dev] if n_dev else []
     if len(dev_docs) < n_dev:
@@ -89,7 +92,8 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     results, keep = _decode(lm, task, docs, apply_chat_template, gen_kwargs, banked_only, "training")
     docs = [docs[i] for i in keep]
     features, mask, groups, answers = batch_results(results, extract)
-    config = config_from_string(";".join([f"losses={losses}", f"seed={seed}", fit_config]))
+    config = config_from_string(";".join([*([f"losses={losses}"] if losses else []), f"seed={seed}", fit_config]))
+    losses = config.losses
     dev_ids, report_extra = None, {}
     if n_dev:  # only these K documents' gold answers are read
         dev_results, dev_keep = _decode(lm, task, dev_docs, apply_chat_template, gen_kwargs, banked_only, "dev")
@@ -101,27 +105,29 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
                          answer_ids=answer_ids(dev_answers, dev_mask.shape[1]))
         else:
             result, report_extra = fit_with_dev(features, mask, groups, dev_features, dev_mask, dev_labels, config,
-                                                selection_from_string(dev_selection))
+                                                selection_from_string(dev_selection),
+                                                answer_ids(answers, mask.shape[1]))
         gold_used = len(dev_docs)
     else:
         labels = gold_labels(answers, _gold(task, docs, split, task_name), mask.shape[1]) if supervised else None
         result = fit(features, mask, groups, config, labels=labels, answer_ids=answer_ids(answers, mask.shape[1]))
         gold_used = len(docs) if supervised else 0
     orientation = None  # label-free, on the training branches; a supervised fit's sign is fixed by its labels
-    if config.orient != "none" and not supervised:
+    if config.orient != "none" and not supervised and not n_dev:  # dev labels already chose the sign
         correlation = orient_fit(result.verifier, config.orient, results, extract, features, mask, answers)
         orientation = {"by": config.orient, "correlation": correlation, "flipped": correlation < 0}
     decoding = lm.pipeline.config.decoding
     metadata = {**lm.pipeline.identity, "decoding": {**vars(decoding)}, "n_branches": decoding.n_branches,
                 "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
-                "n_questions": len(docs), "question_indices": keep if banked_only else None, "seed": seed,
+                "n_questions": len(dev_docs) if supervised and n_dev else len(docs),
+                "question_indices": keep if banked_only else None, "seed": seed,
                 "supervised": supervised, "extract": extract, "orientation": orientation,
                 "final_losses": result.final_losses, "gold_labels_used": gold_used,
                 **({"select": f"dev:{n_dev}", "dev_question_ids": dev_ids} if n_dev else {})}
     out = Path(out)
     save_checkpoint(out, result.verifier, metadata)
     report = {"metadata": metadata, "restart_losses": result.restart_losses,
-              "mean_distinct_answers": float(np.mean([len(set(a)) for a in answers])), **report_extra}
+              "mean_distinct_answers": float(np.mean([n_answer_groups(a) for a in answers])), **report_extra}
     out.with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
     plot_history(result.history, out.with_suffix(".losses.png"))
     return metadata
@@ -142,10 +148,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N documents of the split")
     parser.add_argument("--out", required=True, help="checkpoint path (.safetensors); .json/.report.json/.losses.png beside it")
     parser.add_argument("--supervised", action="store_true", help="ceiling baseline: BCE on gold correctness")
-    parser.add_argument("--losses", default=VerifierConfig.losses, help="'+'-separated subset of the terms "
+    parser.add_argument("--losses", default=None, help="'+'-separated subset of the terms "
                         f"{', '.join(t for t in ALLOWED_TERMS if t != 'supervised')}: the paper's nega, intra, inter; "
-                        "inter_raw, inter_logic: variants; balance: experimental cross-question prior")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the fit (initialisation, batching, restarts)")
+                        "inter_raw, inter_logic: variants; balance: experimental cross-question prior (default: the "
+                        f"fit config's, {VerifierConfig.losses} unless its regime says otherwise)")
+    parser.add_argument("--seed", type=int, default=VerifierConfig.seed, help="seed of the fit (initialisation, batching, restarts)")
     parser.add_argument("--fit_config", default="", help="more VerifierConfig fields, ';'-separated, e.g. "
                         "'curriculum=0.2;epochs=60' (losses and seed have their own options)")
     parser.add_argument("--bank", default=None, help="branch bank file (default: in the lover-lmeval cache dir)")

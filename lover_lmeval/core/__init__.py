@@ -13,3 +13,7 @@ Stages, in pipeline order (pipeline.py runs them):
 with results.py (what a question yields), bank.py (decoded branches kept across runs), checkpoints.py,
 loading.py (GGUF -> HF folder), stats.py, and config.py (one config per component, from model_args).
 """
+
+# The authors' loss reductions register themselves next to the paper's; importing them here makes
+# reduction="representative" available wherever any core module is used, whatever was imported first.
+from . import losses_authors  # noqa: E402,F401

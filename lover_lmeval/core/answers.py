@@ -243,6 +243,11 @@ def answer_groups(values: list[str | None]) -> list[int]:
     return [ids.setdefault(value, len(ids)) for value in values]
 
 
+def n_answer_groups(values: list[str | None]) -> int:
+    """How many groups :func:`answer_groups` forms: the distinct answers, "no answer" counting as one."""
+    return len(set(values))
+
+
 def answer_members(values: list[str | None]) -> dict[str, list[int]]:
     """Answer value -> indices of its branches, for the groups of :func:`answer_groups` that have an answer,
     in order of first appearance (the candidates selection chooses among)."""

@@ -24,6 +24,8 @@ import torch
 from .decoding import Branch
 
 log = logging.getLogger(__name__)
+#: `feature_cache` value meaning the lover-lmeval cache dir (loading.cache_dir() / "features").
+DEFAULT_FEATURE_CACHE = "default"
 
 
 @dataclass
@@ -34,7 +36,7 @@ class BankConfig:
     """Branch bank file: banked questions are read instead of decoded, new ones appended (None: no bank)."""
     bank_only: bool = False
     """Never decode: a question missing from the bank is an error (needs `path`)."""
-    feature_cache: str | None = "default"
+    feature_cache: str | None = DEFAULT_FEATURE_CACHE
     """With a bank, features per question and layer are kept in this folder ("default": the lover-lmeval cache
     dir, never the repository; None: off), so banked questions are not re-run through the model."""
 

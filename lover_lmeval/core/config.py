@@ -37,6 +37,10 @@ def _feature_cache(value) -> str | None:
     return None if str(value).lower() in ("", "none", "false", "off") else str(value)
 
 
+#: what each parser accepts, for error messages
+EXPECTED = {int: "an integer", float: "a number", _optional_int: "an integer (or None)",
+            _layers: "';'-separated integers, e.g. 15;18"}
+
 #: model_arg -> (component, field, parser); a component's default applies when the arg is absent.
 MODEL_ARGS = {
     "n_branches": ("decoding", "n_branches", int),
@@ -62,11 +66,15 @@ class LoverConfig:
     """Everything lover_hf adds to a Hugging Face model: one config per pipeline component."""
 
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    """How the N branches are decoded (n_branches, decoding, temperature, top_p, seed)."""
     features: FeatureConfig = field(default_factory=FeatureConfig)
+    """Which hidden states make phi(x) (layer, extra_layers, the two templates)."""
     fit: VerifierConfig = field(default_factory=VerifierConfig)
     """The test-time fit's hyperparameters (model_arg `fit_config="losses=...;curriculum=..."`)."""
     selection: SelectionConfig = field(default_factory=SelectionConfig)
+    """Whose scores choose and how answers are grouped (verifier, supervised_verifier, extract)."""
     bank: BankConfig = field(default_factory=BankConfig)
+    """Where decoded branches and features are kept (bank, bank_only, feature_cache)."""
 
     @classmethod
     def from_model_args(cls, args: dict) -> tuple[LoverConfig, dict]:
@@ -80,8 +88,8 @@ class LoverConfig:
             try:
                 fields[component][name] = parse(value)
             except (TypeError, ValueError):
-                raise ValueError(f"{arg}={value!r} is not a valid {getattr(parse, '__name__', 'value').strip('_')}; "
-                                 f"see README's lover_hf model args") from None
+                raise ValueError(f"{arg}={value!r} is not {EXPECTED.get(parse, 'valid')}; see the README's "
+                                 "lover_hf model args") from None
         fit = config_from_string(rest.pop("fit_config", "") or "")
         return cls(DecodingConfig(**fields["decoding"]), FeatureConfig(**fields["features"]), fit,
                    SelectionConfig(**fields["selection"]), BankConfig(**fields["bank"])), rest

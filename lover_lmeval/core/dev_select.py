@@ -57,10 +57,18 @@ class DevSelection:
     max_abnormal: int = 10
     """Abnormal tries allowed before the fit gives up."""
 
+    def __post_init__(self) -> None:
+        for name in ("init_tries", "max_init_tries", "validate_every"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        for name in ("patience", "low_accuracy_limit", "max_abnormal"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+
 
 def selection_from_string(text: str) -> DevSelection:
     """``"low_accuracy=0.05;init_tries=10"`` -> DevSelection (``lover train --dev_selection``)."""
-    return DevSelection(**fields_from_string(DevSelection, text, "init_tries=30;low_accuracy=0.1"))
+    return DevSelection(**fields_from_string(DevSelection, text, "init_tries=30;low_accuracy=0.1", "--dev_selection"))
 
 
 def parse_select(text: str | None) -> int:
@@ -83,7 +91,8 @@ def dev_accuracy(verifier: Verifier, features: torch.Tensor, mask: torch.Tensor,
 
 def fit_with_dev(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, dev_features: torch.Tensor,
                  dev_mask: torch.Tensor, dev_labels: torch.Tensor, config: VerifierConfig | None = None,
-                 selection: DevSelection | None = None) -> tuple[FitResult, dict]:
+                 selection: DevSelection | None = None,
+                 answer_ids: torch.Tensor | None = None) -> tuple[FitResult, dict]:
     """The label-free objective on the training questions, every choice made by dev accuracy (module docstring).
     Returns the fit and a report: the dev accuracy of the kept probe and of every try."""
     config = config or VerifierConfig()
@@ -128,7 +137,7 @@ def fit_with_dev(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tenso
             track["low"] += accuracy < selection.low_accuracy
             return track["low"] > selection.low_accuracy_limit or track["since"] > patience
 
-        rows = train_restart(verifier, normalized, mask, groups, None, None, config.losses, config,
+        rows = train_restart(verifier, normalized, mask, groups, None, answer_ids, config.losses, config,
                              torch.Generator().manual_seed(next_seed()), after_epoch)
         if rows is None or track["state"] is None or track["low"] > selection.low_accuracy_limit:
             abnormal += 1
@@ -143,7 +152,7 @@ def fit_with_dev(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tenso
         if track["best"] > kept_accuracy:
             kept, kept_accuracy = verifier, track["best"]
     kept.eval()
-    final = unsupervised_eval(kept, normalized, mask, groups, config, None)
+    final = unsupervised_eval(kept, normalized, mask, groups, config, answer_ids)
     report = {"dev_accuracy": kept_accuracy, "tries": tries, "abnormal_tries": abnormal,
               "selection": asdict(selection)}
     return FitResult(kept, final, history), report

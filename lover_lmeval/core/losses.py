@@ -48,7 +48,8 @@ class LossTerm:
 
 
 #: How a term reduces over branches and questions: "all" = the paper's equations (sums over every branch and
-#: pair, then the mean over questions); "representative" = the authors' code (losses_authors.py).
+#: pair, then the mean over questions); "representative" = the authors' code (losses_authors.py, registered by
+#: importing the core package). inter_logic, balance and supervised have no representative variant and keep theirs.
 REDUCTIONS = ("all", "representative")
 #: reduction -> term name -> term, in registration order; a loss spec ("nega+intra+inter") names these.
 LOSS_TERMS: dict[str, dict[str, LossTerm]] = {reduction: {} for reduction in REDUCTIONS}
@@ -165,8 +166,8 @@ def sample_pairs(groups: torch.Tensor, mask: torch.Tensor,
     keys = torch.rand(groups.shape, generator=generator, device=device).to(groups.device)  # (Q, N)
     onehot = group_onehot(groups, mask) > 0  # (Q, N, G)
     keyed = torch.where(onehot, keys.unsqueeze(-1), torch.full_like(keys, -1.0).unsqueeze(-1))  # (Q, N, G)
-    top2 = keyed.topk(2, dim=1).indices  # (Q, 2, G)
-    return top2[:, 0], top2[:, 1], onehot.sum(dim=1) >= 2
+    top = keyed.topk(min(2, groups.shape[1]), dim=1).indices  # (Q, 2, G); (Q, 1, G) with one branch, no pair
+    return top[:, 0], top[:, -1], onehot.sum(dim=1) >= 2
 
 
 def _representative_probs(p_pos, mask, groups, generator, reps):
@@ -191,12 +192,19 @@ def inter_group_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tens
     ``reps`` (from :func:`sample_representatives`) overrides sampling so several
     terms can share the same draw.
     """
+    return _mean_over_questions(inter_per_question(p_pos, mask, groups, generator, reps=reps), mask)
+
+
+def inter_per_question(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
+                       generator: torch.Generator | None = None, *,
+                       reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """(Q,) the value of :func:`inter_group_loss` for each question, before any mean over questions."""
     _check(p_pos, mask, groups)
     rep = _representative_probs(p_pos, mask, groups, generator, reps)  # (Q, G)
     s = rep.sum(dim=1)  # (Q,)
     p_hat = rep / (s.unsqueeze(1) + EPS)  # (Q, G)
     entropy = -(p_hat * torch.log(p_hat.clamp(min=EPS))).sum(dim=1)  # (Q,)
-    return _mean_over_questions((s - 1) ** 2 + entropy, mask)
+    return (s - 1) ** 2 + entropy
 
 
 @register_loss("inter_raw", ("p_pos", "mask", "groups"), draws=("reps",))

@@ -21,12 +21,12 @@ from dataclasses import asdict
 import torch
 
 from .answers import get_extractor
-from .bank import BranchBank, FeatureCache, NotInBank, record_key
+from .bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBank, record_key
 from .checkpoints import gold_labels_used, label_tag, load_checkpoint
 from .config import LoverConfig
 from .decoding import decode_branches
 from .features import assertion_features, features_from_tokens
-from .loading import cache_dir
+from .loading import cache_dir, model_identity
 from .results import LoverResult
 from .scoring import fit_on_results, warn_if_constant_answer, warn_if_one_sided
 from .selection import select
@@ -41,7 +41,7 @@ class Pipeline:
         self.layers = self.config.features.layers(model.config.num_hidden_layers)  # [layer, *extra_layers]
         self.template_ids = [tokenizer.encode(t, add_special_tokens=False) for t in self.config.features.templates]
         self.identity = {  # what a checkpoint's features were taken from (checked when one is loaded)
-            "model": model_name or model.config.name_or_path,
+            "model": model_name or model_identity(str(model.config.name_or_path), None, None),
             "hidden_size": int(model.config.hidden_size),
             "layer": self.layers[0],
             "templates": list(self.config.features.templates),
@@ -50,11 +50,12 @@ class Pipeline:
         self.bank = BranchBank(bank.path) if bank.path is not None else None
         self.feature_cache = None
         if self.bank is not None and bank.feature_cache is not None:
-            where = cache_dir() / "features" if bank.feature_cache == "default" else bank.feature_cache
+            where = cache_dir() / "features" if bank.feature_cache == DEFAULT_FEATURE_CACHE else bank.feature_cache
             self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
-        self.verifiers = {}
+        self.verifiers, self.verifier_meta = {}, {}
         for name, path in self.config.selection.checkpoints().items():
             self.verifiers[name], meta = load_checkpoint(path, expect=self.identity)
+            self.verifier_meta[name] = meta
             if label_tag(meta):  # the YAML names the metric rows; say here that these are not label-free
                 log.warning("verifier %s was made with %d gold labels %s: the rows it scores (lover_*, or "
                             "supervised_*) are not label-free", path, gold_labels_used(meta), label_tag(meta))

@@ -17,6 +17,7 @@ import json
 import numpy as np
 
 from .decoding import Branch
+from .losses import score
 
 
 def _rebuild(state: dict) -> "LoverResult":
@@ -61,7 +62,7 @@ class LoverResult(str):
                 f"pass verifier=PATH (or verifier=fit) in --model_args to lover_hf."
             )
         probs = self.verifier_probs[verifier]
-        return 0.5 * (probs[:, 0] + 1.0 - probs[:, 1])
+        return score(probs[:, 0], probs[:, 1])
 
     def to_dict(self) -> dict:
         return {

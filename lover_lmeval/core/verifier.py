@@ -1,7 +1,7 @@
 """LoVer verifier: an MLP probe over contrastive features and its training loop (checkpoints: checkpoints.py).
 
 Shapes: ``features`` is ``(Q, N, 2, D)`` (index 0 = x+, 1 = x-), ``mask`` and
-``groups`` are ``(Q, N)``; see :mod:`lover_lmeval.losses` for the dimension names.
+``groups`` are ``(Q, N)``; see :mod:`lover_lmeval.core.losses` for the dimension names.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from . import losses_authors  # noqa: F401  (registers the authors' reductions used by reduction="representative")
 from .losses import REDUCTIONS, parse_loss_spec, sample_pairs, sample_representatives, score, total_loss
 
 NORMALIZE_CHOICES = ("none", "mean", "meanstd")
@@ -150,7 +149,7 @@ class VerifierConfig:
                              "balance); supervised training is selected by passing labels to fit()")
 
 
-def fields_from_string(cls, text: str, example: str) -> dict:
+def fields_from_string(cls, text: str, example: str, what: str = "config") -> dict:
     """``"key=value;key=value"`` -> keyword arguments for the dataclass ``cls`` (``;``-separated, because lm-eval
     splits ``--model_args`` on commas); each value is converted to the type of the field's default."""
     defaults = asdict(cls())
@@ -158,21 +157,21 @@ def fields_from_string(cls, text: str, example: str) -> dict:
     for item in filter(None, (part.strip() for part in str(text).split(";"))):
         key, sep, value = (x.strip() for x in item.partition("="))
         if not sep or key not in defaults:
-            raise ValueError(f"config item {item!r} must be key=value with key one of {', '.join(defaults)}; "
+            raise ValueError(f"{what} item {item!r} must be key=value with key one of {', '.join(defaults)}; "
                              f"e.g. {example!r}")
         if key in kwargs:
-            raise ValueError(f"config sets {key} twice in {text!r}; give it once")
+            raise ValueError(f"{what} sets {key} twice in {text!r}; give it once")
         try:
             kwargs[key] = type(defaults[key])(value)
         except ValueError:
-            raise ValueError(f"config {key}={value!r}: expected {type(defaults[key]).__name__}") from None
+            raise ValueError(f"{what} {key}={value!r}: expected {type(defaults[key]).__name__}") from None
     return kwargs
 
 
 def config_from_string(text: str) -> VerifierConfig:
     """``"losses=intra+inter;curriculum=0.2"`` -> VerifierConfig (:func:`fields_from_string`). ``regime=NAME``
     starts from that preset (``REGIMES``), wherever it stands; the other keys override its fields."""
-    kwargs = fields_from_string(VerifierConfig, text, "losses=nega+intra+inter_raw;curriculum=0.2")
+    kwargs = fields_from_string(VerifierConfig, text, "losses=nega+intra+inter_raw;curriculum=0.2", "fit config")
     return VerifierConfig.from_regime(kwargs.pop("regime", "ours"), **kwargs)
 
 
