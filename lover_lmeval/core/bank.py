@@ -1,7 +1,7 @@
 """A resumable, append-only bank of decoded branches (decoding is the expensive part on CPU).
 
 One gzip member per question is appended and flushed as soon as the question is decoded, so an
-interrupted run loses at most the question in flight; a torn last member is skipped on reading. Each
+interrupted run loses at most the question in flight; a torn or corrupt member costs only itself. Each
 record is keyed by everything that determines the branches: model identity, prompt token ids, decoding
 config and generation settings. Only compact text goes in (ids, margins, offsets): features are
 recomputed from the tokens at whatever layer an experiment needs (features.features_from_tokens).
@@ -24,6 +24,7 @@ import torch
 from .decoding import Branch
 
 log = logging.getLogger(__name__)
+GZIP_MAGIC = b"\x1f\x8b\x08"  # the first bytes of every gzip member (deflate)
 #: `feature_cache` value meaning the lover-lmeval cache dir (loading.cache_dir() / "features").
 DEFAULT_FEATURE_CACHE = "default"
 
@@ -62,19 +63,28 @@ class BranchBank:
             self._load()
 
     def _load(self) -> None:
+        """Read every whole record; a torn or corrupt member costs only itself: reading resumes at the next gzip
+        member header after it (a kill during a write tears the member it was writing, and later runs append
+        after the tear)."""
         raw = self.path.read_bytes()
-        while raw:
+        offset = 0
+        while offset < len(raw):
             inflater = zlib.decompressobj(wbits=31)  # one gzip member at a time
             try:
-                text = inflater.decompress(raw) + inflater.flush()
-            except zlib.error:
-                text = b""
-            if not inflater.eof:
-                log.warning("%s: skipping a torn last record (interrupted write)", self.path)
-                break
-            raw = inflater.unused_data
-            for line in text.decode().splitlines():
-                record = json.loads(line)
+                text = inflater.decompress(raw[offset:]) + inflater.flush()
+                records = [json.loads(line) for line in text.decode().splitlines()] if inflater.eof else None
+            except (zlib.error, UnicodeDecodeError, json.JSONDecodeError):
+                records = None
+            if records is None or not all(isinstance(r, dict) and "key" in r and "branches" in r for r in records):
+                following = raw.find(GZIP_MAGIC, offset + 1)
+                log.warning("%s: skipping an unreadable record at byte %d (%d bytes; a torn write or corruption)",
+                            self.path, offset, (following if following >= 0 else len(raw)) - offset)
+                if following < 0:
+                    break
+                offset = following
+                continue
+            offset = len(raw) - len(inflater.unused_data)
+            for record in records:
                 self.records[record["key"]] = [Branch(**{**b, "offsets": [tuple(o) for o in b["offsets"]]})
                                                for b in record["branches"]]
 
