@@ -172,9 +172,9 @@ def main() -> int:
         report["arms"][f"layer {layer} | cv: supervised 2-fold cross-fit (ceiling)"] = row(cross, gold, "supervised_cv",
                                                                                              baselines)
         report["gold_labels_used"][f"layer {layer} | cv: supervised 2-fold cross-fit (ceiling)"] = len(test) // 2
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+        out = Path(args.out)  # written after every layer: a long run keeps what it finished
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k not in ("baseline_per_question",)}, indent=1)[:6000])
     return 0
 
