@@ -30,11 +30,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from lm_eval.tasks import TaskManager, get_task_dict
 
 from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
 from lover_lmeval.core.answers import get_extractor
-from lover_lmeval.core.bank import BankConfig, record_key
+from lover_lmeval.core.bank import BankConfig
 from lover_lmeval.core.dev_select import fit_with_dev
 from lover_lmeval.core.pipeline import Pipeline
 from lover_lmeval.core.results import LoverResult
@@ -75,8 +76,7 @@ def row(results, gold, verifier, baselines, n_boot=10_000) -> dict:
 
 def precision_check(lm, prompts, until, budget, test_results, gold) -> dict | None:
     """Greedy and majority of the fp32 records of the same prompts (keys without dtype), paired with these."""
-    settings = {"decoding": dataclasses.asdict(lm.pipeline.config.decoding), "until": until, "max_gen_toks": budget}
-    fp32 = [lm.pipeline.bank.get(record_key(lm.pipeline.identity["model"], p, settings)) for p in prompts]
+    fp32 = [lm.pipeline.bank.get(k) for k in lm.pipeline.record_keys(prompts, until, budget, dtype=torch.float32)]
     both = [i for i, b in enumerate(fp32) if b is not None]
     if not both:
         return None

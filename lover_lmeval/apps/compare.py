@@ -159,7 +159,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
                     table[f"{name}_{reduce}{tags[name]}"] = table.pop(f"{name}_{reduce}")
         if extra:
             features = batch_results(results, extract_name)[0]  # (Q, N, 2, D)
-        for name, (verifier, meta) in extra.items():
+        for name, (verifier, _) in extra.items():
             store_scores(results, verifier, features, name)
             table.update(verifier_rows(results, gold, extract, name, name, tags[name]))
         diagnostics = {name: diagnose(results, gold, extract, name) for name in results[0].verifier_probs}

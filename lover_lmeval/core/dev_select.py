@@ -30,7 +30,8 @@ from .verifier import (
     Verifier,
     VerifierConfig,
     fields_from_string,
-    normalization_stats,
+    normalized_inputs,
+    seeded_verifier,
     train_restart,
     unsupervised_eval,
 )
@@ -97,10 +98,7 @@ def fit_with_dev(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tenso
     Returns the fit and a report: the dev accuracy of the kept probe and of every try."""
     config = config or VerifierConfig()
     selection = selection or DevSelection()
-    features = features.masked_fill(~mask[..., None, None], 0)  # padding may hold garbage
-    dim = features.shape[-1]
-    mean, std = normalization_stats(features, mask, config.normalize, dim)
-    normalized = (features.float() - mean) / std  # (Q, N, 2, D)
+    normalized, mean, std = normalized_inputs(features, mask, config)  # (Q, N, 2, D)
     seeds = torch.Generator().manual_seed(config.seed)
 
     def next_seed() -> int:
@@ -110,10 +108,7 @@ def fit_with_dev(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tenso
         best, best_accuracy, tried = None, -1.0, 0
         while tried < selection.init_tries or (best_accuracy < selection.init_threshold
                                                and tried < selection.max_init_tries):
-            with torch.random.fork_rng(devices=[]):  # deterministic init without touching the global RNG
-                torch.manual_seed(next_seed())
-                candidate = Verifier(dim, config)
-            candidate.load_state_dict({**candidate.state_dict(), "norm_mean": mean, "norm_std": std})
+            candidate = seeded_verifier(config, next_seed(), mean, std)
             accuracy = dev_accuracy(candidate, dev_features, dev_mask, dev_labels)
             tried += 1
             if accuracy > best_accuracy:

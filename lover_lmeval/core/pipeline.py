@@ -80,13 +80,16 @@ class Pipeline:
         ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
         return ids
 
-    def record_keys(self, prompts: list[list[int]], until: list[str], max_gen_toks: int) -> list[str]:
-        """Bank keys: everything that determines a question's branches."""
+    def record_keys(self, prompts: list[list[int]], until: list[str], max_gen_toks: int,
+                    dtype: torch.dtype | None = None) -> list[str]:
+        """Bank keys: everything that determines a question's branches; `dtype` (default: the model's) names the
+        precision whose records to look up."""
         settings = {"decoding": asdict(self.config.decoding), "until": until, "max_gen_toks": max_gen_toks}
+        dtype = dtype or self.model.dtype
         # Greedy branches in bf16 differ from fp32 ones (benchmarks/RESULTS.md), so they never share a record;
         # fp32 keys stay as they were, keeping every bank decoded before dtype was part of the key valid.
-        if self.model.dtype != torch.float32:
-            settings["dtype"] = str(self.model.dtype).removeprefix("torch.")
+        if dtype != torch.float32:
+            settings["dtype"] = str(dtype).removeprefix("torch.")
         return [record_key(self.identity["model"], p, settings) for p in prompts]
 
     def banked(self, keys: list[str]) -> list[bool]:

@@ -333,6 +333,25 @@ def train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, 
     return history
 
 
+def normalized_inputs(features: torch.Tensor, mask: torch.Tensor,
+                      config: VerifierConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(normalized (Q, N, 2, D), mean (2, D), std (2, D))``: padding zeroed (it may hold garbage, and NaN * 0 is
+    NaN in matmul gradients), statistics from the real branches, computed once for every step of a fit."""
+    features = features.masked_fill(~mask[..., None, None], 0)
+    mean, std = (t.to(features.device) for t in normalization_stats(features, mask, config.normalize,
+                                                                     features.shape[-1]))
+    return (features.float() - mean) / std, mean, std
+
+
+def seeded_verifier(config: VerifierConfig, seed: int, mean: torch.Tensor, std: torch.Tensor) -> Verifier:
+    """A fresh probe initialised from `seed` (without touching the global RNG), carrying the normalisation."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        verifier = Verifier(mean.shape[-1], config).to(mean.device)
+    verifier.load_state_dict({**verifier.state_dict(), "norm_mean": mean, "norm_std": std})
+    return verifier
+
+
 def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
         config: VerifierConfig | None = None, labels: torch.Tensor | None = None,
         answer_ids: torch.Tensor | None = None) -> FitResult:
@@ -345,19 +364,12 @@ def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
     """
     config = config if config is not None else VerifierConfig()
     _check_inputs(features, mask, groups, labels, answer_ids)
-    # padding may hold garbage; zeros keep it out of matmul gradients (NaN * 0 = NaN)
-    features = features.masked_fill(~mask[..., None, None], 0)
     spec = "supervised" if labels is not None else config.losses
-    dim = features.shape[-1]
-    mean, std = (t.to(features.device) for t in normalization_stats(features, mask, config.normalize, dim))
-    normalized = (features.float() - mean) / std  # (Q, N, 2, D), computed once for all steps
+    normalized, mean, std = normalized_inputs(features, mask, config)
     seeds = torch.randint(0, 2**62, (config.restarts,), generator=torch.Generator().manual_seed(config.seed))
     best, best_final, history, restart_losses = None, None, [], []
     for restart, rseed in enumerate(tqdm(seeds.tolist(), desc="fitting verifier (restarts)", leave=False)):
-        with torch.random.fork_rng(devices=[]):  # deterministic init without touching the global RNG
-            torch.manual_seed(rseed)
-            verifier = Verifier(dim, config).to(features.device)
-        verifier.load_state_dict({**verifier.state_dict(), "norm_mean": mean, "norm_std": std})
+        verifier = seeded_verifier(config, rseed, mean, std)
         rows = train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config,
                               torch.Generator().manual_seed(rseed + 1))
         final = (unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids)
