@@ -1,10 +1,18 @@
-"""The branch bank keeps every whole record: a torn or corrupt one costs only itself."""
+"""The branch bank keeps every whole record: a torn or corrupt one costs only itself, two writers lose nothing, and
+a path that cannot be a bank is refused before any decoding."""
 
 from __future__ import annotations
 
 import logging
+import sqlite3
+import subprocess
+import sys
+import textwrap
 
-from lover_lmeval.core.bank import BranchBank
+import pytest
+
+from lover_lmeval.core.bank import BankConfig, BranchBank
+from lover_lmeval.core.bank_store import convert
 from lover_lmeval.core.decoding import Branch
 
 
@@ -28,7 +36,7 @@ def test_records_appended_after_a_torn_one_stay_readable(tmp_path, caplog):
         reopened.add(f"q{k}", _branches(k))
     with caplog.at_level(logging.WARNING):
         final = BranchBank(path)
-    assert sorted(final.records) == [f"q{k}" for k in range(6)]
+    assert sorted(final.keys()) == [f"q{k}" for k in range(6)]
     assert final.get("q2")[0].text == "answer 2"
     assert any(str(path) in r.message and "at byte" in r.message for r in caplog.records)
 
@@ -46,4 +54,86 @@ def test_a_corrupt_record_in_the_middle_costs_only_itself(tmp_path):
     for i in range(start + 12, start + 20):  # flip bytes inside record 3's compressed body
         data[i] ^= 0xFF
     path.write_bytes(bytes(data))
-    assert sorted(BranchBank(path).records) == [f"q{k}" for k in range(8) if k != 3]
+    assert sorted(BranchBank(path).keys()) == [f"q{k}" for k in range(8) if k != 3]
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from lover_lmeval.core.bank import BranchBank
+    from lover_lmeval.core.decoding import Branch
+    bank = BranchBank(sys.argv[1])
+    sys.stdin.readline()  # both writers start together
+    for k in range(100):
+        bank.add(f"{sys.argv[2]}{k}", [Branch("x" * (k * 37 % 500), [k], [0.5], [(0, 1)], "eos")], prompt_ids=[k])
+""")
+
+
+@pytest.mark.parametrize("name", ["bank.sqlite", "bank.jsonl.gz"])
+def test_two_writer_processes_lose_nothing(tmp_path, name):
+    """Two processes append 100 records each to one bank at the same time: 200 records read back, none torn."""
+    path = tmp_path / name
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), prefix], stdin=subprocess.PIPE, text=True)
+               for prefix in ("a", "b")]
+    for writer in writers:
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    bank = BranchBank(path)
+    assert bank.keys() == {f"{p}{k}" for p in "ab" for k in range(100)}
+    assert bank.get("b57")[0].text == "x" * (57 * 37 % 500)
+
+
+def test_sqlite_bank_reads_back_and_ignores_a_second_copy(tmp_path):
+    path = tmp_path / "bank.sqlite"
+    bank = BranchBank(path)
+    bank.add("q0", _branches(0), prompt_ids=[1, 2])
+    bank.add("q0", _branches(9))  # a concurrent writer decoded the same question: the first copy stays
+    reopened = BranchBank(path)
+    assert len(reopened) == 1 and "q0" in reopened and "q1" not in reopened
+    assert reopened.get("q0") == _branches(0)
+
+
+def test_a_corrupt_sqlite_record_costs_only_itself(tmp_path, caplog):
+    path = tmp_path / "bank.sqlite"
+    bank = BranchBank(path)
+    for k in range(4):
+        bank.add(f"q{k}", _branches(k))
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE records SET record = ? WHERE key = 'q2'", (b"not zlib",))
+    with caplog.at_level(logging.WARNING):
+        reopened = BranchBank(path)
+        assert [reopened.get(f"q{k}") is not None for k in range(4)] == [True, True, False, True]
+    assert any("q2" in r.message and str(path) in r.message for r in caplog.records)
+
+
+def test_convert_between_stores_and_to_json_lines(tmp_path):
+    """Committed gzip banks convert to SQLite and back, and export to plain JSON lines, record for record."""
+    gz = tmp_path / "bank.jsonl.gz"
+    bank = BranchBank(gz)
+    for k in range(5):
+        bank.add(f"q{k}", _branches(k), prompt_ids=[k])
+    assert convert(gz, tmp_path / "bank.sqlite") == 5
+    assert convert(tmp_path / "bank.sqlite", tmp_path / "back.jsonl.gz") == 5
+    assert convert(tmp_path / "back.jsonl.gz", tmp_path / "plain.jsonl") == 5
+    assert BranchBank(tmp_path / "back.jsonl.gz").get("q3") == _branches(3)
+    lines = (tmp_path / "plain.jsonl").read_text().splitlines()
+    assert len(lines) == 5 and all(line.startswith('{"key":"q') for line in lines)
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: d / "folder", "is a directory"),
+    (lambda d: (d / "notes.txt").write_text("hello") and d / "notes.txt", "is not a lover-lmeval bank"),
+    (lambda d: _foreign_sqlite(d / "other.db"), "database of another program"),
+])
+def test_a_path_that_cannot_be_a_bank_is_refused_with_its_name(tmp_path, setup, message):
+    (tmp_path / "folder").mkdir()
+    path = setup(tmp_path)
+    with pytest.raises(ValueError, match=message) as error:
+        BankConfig(path=str(path))
+    assert str(path) in str(error.value)
+
+
+def _foreign_sqlite(path):
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE users (name TEXT)")
+    return path

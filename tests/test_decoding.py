@@ -89,7 +89,7 @@ def test_beam_returns_n_beams_best_first(tiny_model, tokenizer):
 @pytest.mark.parametrize("kwargs, message", [
     ({"mode": "nucleus"}, "decoding='nucleus'"),
     ({"n_branches": 0}, "n_branches=0"),
-    ({"temperature": 0}, "temperature=0"),
+    ({"mode": "sample", "temperature": 0}, "temperature=0"),
 ])
 def test_bad_decoding_config_names_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):

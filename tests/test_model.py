@@ -52,7 +52,7 @@ def test_extra_layers_ride_along_and_equal_features_recomputed_from_tokens(tiny_
     """extra_layers keeps more layers' features for a sweep; they must equal what a sweep would recompute from the
     branches' tokens, also for results served from the bank (no KV cache there)."""
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=3, extra_layers="1;-1", batch_size=2, verifier=None,
-                 bank=str(tmp_path / "bank.jsonl.gz"), feature_cache="none")
+                 bank=str(tmp_path / "bank.sqlite"), feature_cache="none")
     assert lm.pipeline.layers[1:] == [1, 4]
     contexts = ["Question: 2 + 2?\nAnswer:", "Question: name a colour.\nAnswer:"]
     live = lm.generate_until([_request(c) for c in contexts], disable_tqdm=True)
@@ -64,7 +64,7 @@ def test_extra_layers_ride_along_and_equal_features_recomputed_from_tokens(tiny_
             assert np.abs(a.layer_features[layer] - again[:, :, k].numpy()).max() < 1e-4
             assert np.abs(b.layer_features[layer] - again[:, :, k].numpy()).max() < 1e-4
         assert np.abs(a.features - b.features).max() < 1e-4
-    with pytest.raises(ValueError, match="layer=7 is out of range"):
+    with pytest.raises(ValueError, match="extra_layers=7 is out of range"):
         LoverLM(pretrained=str(tiny_model_dir), extra_layers="7", verifier=None)
     with pytest.raises(ValueError, match="curiculum=0.2"):  # a typo in the test-time fit's config, before decoding
         LoverLM(pretrained=str(tiny_model_dir), fit_config="curiculum=0.2")
@@ -75,7 +75,7 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
     """With a bank, features are kept per (question, layer): a second run (a fresh process in practice) reads them
     instead of re-running every branch, gets the same values, and recomputes only a layer it has not seen."""
     kwargs = dict(pretrained=str(tiny_model_dir), n_branches=3, batch_size=2, verifier=None,
-                  bank=str(tmp_path / "bank.jsonl.gz"), feature_cache=str(tmp_path / "features"))
+                  bank=str(tmp_path / "bank.sqlite"), feature_cache=str(tmp_path / "features"))
     contexts = ["Question: 2 + 2?\nAnswer:", "Question: name a colour.\nAnswer:"]
     live = LoverLM(extra_layers="1", **kwargs).generate_until([_request(c) for c in contexts], disable_tqdm=True)
     assert len(list((tmp_path / "features").rglob("*.npy"))) == 2 * 2  # 2 questions x 2 layers
@@ -108,14 +108,14 @@ def test_unbanked_questions_fill_whole_decoding_batches(tiny_model_dir, tmp_path
     import lover_lmeval.core.pipeline as pipeline_module
 
     kwargs = dict(pretrained=str(tiny_model_dir), n_branches=2, batch_size=2, verifier=None,
-                  bank=str(tmp_path / "bank.jsonl.gz"), feature_cache="none")
+                  bank=str(tmp_path / "bank.sqlite"), feature_cache="none")
     contexts = ["Question: a long question about apples and pears?\nAnswer:", "Q: medium one?\nA:", "Q: x?"]
     LoverLM(**kwargs).generate_until([_request(contexts[1])], disable_tqdm=True)
     sizes, real_decode = [], pipeline_module.decode_branches
 
-    def counting(model, tokenizer, prompts, *args):
+    def counting(model, tokenizer, prompts, *args, **kwargs):
         sizes.append(len(prompts))
-        return real_decode(model, tokenizer, prompts, *args)
+        return real_decode(model, tokenizer, prompts, *args, **kwargs)
 
     monkeypatch.setattr(pipeline_module, "decode_branches", counting)
     lm = LoverLM(**kwargs)
@@ -139,7 +139,7 @@ def test_prompt_longer_than_context_is_left_truncated_with_a_warning(tiny_model_
     ({"n_branches": 0}, ValueError, "n_branches=0 must be >= 1"),
     ({"layer": 9}, ValueError, r"layer=9 is out of range.*0\.\.4"),
     ({"gguf_file": "missing.gguf"}, FileNotFoundError, "gguf_file='missing.gguf' not found"),
-    ({"extract": "digits"}, ValueError, "unknown answer extractor 'digits'"),
+    ({"extract": "digits"}, ValueError, "extract='digits' is not a known answer extractor"),
 ])
 def test_bad_model_args_name_the_argument_and_the_fix(tiny_model_dir, kwargs, error, message):
     with pytest.raises(error, match=message):

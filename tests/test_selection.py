@@ -81,7 +81,7 @@ def test_span_confidence_averages_margins_of_tokens_overlapping_the_answer():
 def test_errors_name_the_bad_value_and_the_fix():
     with pytest.raises(ValueError, match="strategy='best'"):
         LoverSelect(strategy="best")
-    with pytest.raises(ValueError, match="unknown answer extractor 'digits'"):
+    with pytest.raises(ValueError, match="extract='digits' is not a known answer extractor"):
         LoverSelect(strategy="greedy", extract="digits")
     with pytest.raises(KeyError, match="verifier=PATH"):
         LoverSelect(strategy="lover_sum").apply([[_result(TEXTS)]], [{}])

@@ -83,10 +83,16 @@ def test_retraining_from_the_bank_decodes_nothing_and_checkpoints_refuse_other_l
 def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
     from lover_lmeval.core.scoring import one_sided
 
-    assert one_sided(np.array([0.002, 0.016, 0.01, 0.0])) == "false"  # GSM8K test-time fit, run 3 (mean 0.002-0.016)
-    assert one_sided(np.array([0.99, 0.97, 1.0])) == "true"
-    assert one_sided(np.array([0.01] * 9 + [0.5])) is None  # 90% < 95%: some branches still called true-ish
-    assert one_sided(np.array([])) is None
+    """Per question, on what selection sees: the held-out fit of the issue (highest score 0.258, median 0.067) calls
+    every answer false; 19 of 20 questions without a branch above 0.5 = 95% -> flagged, 18 of 20 = 90% -> not."""
+    held_out = [np.array([0.258, 0.067, 0.01]), np.array([0.067, 0.002])]
+    assert one_sided(held_out) == "false"
+    assert one_sided([np.array([0.99, 0.6]), np.array([0.97, 0.51])]) == "true"
+    silent = [np.array([0.1, 0.3])]
+    assert one_sided(silent * 19 + [np.array([0.2, 0.7])]) == "false"
+    assert one_sided(silent * 18 + [np.array([0.2, 0.7])] * 2) is None
+    assert one_sided([np.array([0.2, 0.7])] * 20) is None
+    assert one_sided([np.array([])]) is None
 
 
 def test_constant_answer_flags_fits_that_give_every_question_the_same_answer():

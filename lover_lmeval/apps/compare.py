@@ -24,8 +24,9 @@ from lm_eval.utils import simple_parse_args_string
 from ..core.answers import get_extractor, n_answer_groups
 from ..core.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from ..core.features import check_layer
+from ..core.files import write_text
 from ..core.results import LoverResult
-from ..core.scoring import batch_results, fit_on_results, store_scores
+from ..core.scoring import batch_results, fit_on_results, store_scores, unparsed_counts
 from ..core.stats import bootstrap_interval, paired_bootstrap
 from ..harness.model import LoverLM
 from .diagnostics import branch_records, cross_fit_supervised, diagnose, layer_sweep, strategy_correct
@@ -180,8 +181,10 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         distinct = float(np.mean([n_answer_groups([a.value if a else None for a in map(extract, r.texts)])
                                   for r in results]))
         curves[task] = accuracy_vs_n(results, gold, extract, extract_name, pipeline.config.fit)
+        unparsed, without = unparsed_counts(results, extract_name)
         report["tasks"][task] = {"extract": extract_name, "rows": rows, "paired": paired,
-                                 "distinct_answers": distinct, "accuracy_vs_n": curves[task],
+                                 "distinct_answers": distinct, "unparsed_branches": unparsed,
+                                 "questions_without_answer": without, "accuracy_vs_n": curves[task],
                                  "diagnostics": diagnostics}
         # Per question, so other runs on the same questions (or a subset) can be compared paired later
         # without re-running (benchmarks/paired_rows.py); one line per question keeps the file diffable.
@@ -192,10 +195,10 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
             layer_curves[task] = layer_sweep(lm.model, pipeline.template_ids, results, gold, extract, extract_name,
                                              layers, pipeline.config.fit)
             report["tasks"][task]["layer_sweep"] = layer_curves[task]
-    (out / "leaderboard.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "per_question.jsonl").write_text("\n".join(per_question) + "\n")
-    (out / "branches.jsonl").write_text("\n".join(branches) + "\n")
-    (out / "leaderboard.md").write_text(render_markdown(report) + "\n" + render_diagnostics(report))
+    write_text(out / "leaderboard.json", json.dumps(report, indent=2) + "\n")
+    write_text(out / "per_question.jsonl", "\n".join(per_question) + "\n")
+    write_text(out / "branches.jsonl", "\n".join(branches) + "\n")
+    write_text(out / "leaderboard.md", render_markdown(report) + "\n" + render_diagnostics(report))
     plot_curves(curves, out / "accuracy_vs_n.png")
     if layer_curves:
         plot_curves(layer_curves, out / "accuracy_vs_layer.png", x="layers", xlabel="feature layer",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ..core.files import atomic_path
+
 log = logging.getLogger(__name__)
 
 
@@ -38,7 +40,8 @@ def plot_history(history: list[dict], path: Path) -> None:
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 
@@ -55,5 +58,6 @@ def plot_curves(curves: dict[str, dict], path: Path, x: str = "n", xlabel: str =
     ax.set_ylabel("accuracy")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)

@@ -19,6 +19,7 @@ from lm_eval.utils import simple_parse_args_string
 from ..core.answers import n_answer_groups
 from ..core.checkpoints import save_checkpoint
 from ..core.dev_select import fit_with_dev, parse_select, selection_from_string
+from ..core.files import write_text
 from ..core.loading import cache_dir
 from ..core.losses import ALLOWED_TERMS
 from ..core.scoring import answer_ids, batch_results, gold_labels, orient_fit
@@ -128,7 +129,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     save_checkpoint(out, result.verifier, metadata)
     report = {"metadata": metadata, "restart_losses": result.restart_losses,
               "mean_distinct_answers": float(np.mean([n_answer_groups(a) for a in answers])), **report_extra}
-    out.with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_text(out.with_suffix(".report.json"), json.dumps(report, indent=2) + "\n")
     plot_history(result.history, out.with_suffix(".losses.png"))
     return metadata
 

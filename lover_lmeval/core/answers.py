@@ -228,7 +228,7 @@ def get_extractor(name: str) -> Callable[[str], Answer | None]:
     try:
         return EXTRACTORS[name]
     except KeyError:
-        raise ValueError(f"unknown answer extractor {name!r}; choose one of {sorted(EXTRACTORS)}") from None
+        raise ValueError(f"extract={name!r} is not a known answer extractor; choose one of {sorted(EXTRACTORS)}") from None
 
 
 def answer_groups(values: list[str | None]) -> list[int]:

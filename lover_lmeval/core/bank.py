@@ -1,32 +1,47 @@
-"""A resumable, append-only bank of decoded branches (decoding is the expensive part on CPU).
+"""A resumable bank of decoded branches (decoding is the expensive part on CPU).
 
-One gzip member per question is appended and flushed as soon as the question is decoded, so an
-interrupted run loses at most the question in flight; a torn or corrupt member costs only itself. Each
-record is keyed by everything that determines the branches: model identity, prompt token ids, decoding
-config and generation settings. Only compact text goes in (ids, margins, offsets): features are
-recomputed from the tokens at whatever layer an experiment needs (features.features_from_tokens).
+Each question is written as soon as its own branches are decoded, in its own transaction (bank_store: SQLite for
+new banks, gzip members for older ones), so a kill loses at most the questions in flight and a torn or corrupt
+record costs only itself. Each record is keyed by everything that determines the branches: model identity,
+prompt token ids, decoding config and generation settings. Only compact text goes in (ids, margins, offsets):
+features are recomputed from the tokens at whatever layer an experiment needs (features.features_from_tokens).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
-import logging
 import os
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .bank_store import GzipStore, SqliteStore, open_store, store_kind
 from .decoding import Branch
 
-log = logging.getLogger(__name__)
-GZIP_MAGIC = b"\x1f\x8b\x08"  # the first bytes of every gzip member (deflate)
 #: `feature_cache` value meaning the lover-lmeval cache dir (loading.cache_dir() / "features").
 DEFAULT_FEATURE_CACHE = "default"
+
+
+def check_bank_path(path: str) -> None:
+    """Raise ValueError naming `path` and the fix unless a bank can be read and written there (cheap: run before
+    the model loads, so a bad path never costs a decode)."""
+    target = Path(path).expanduser()
+    kind = store_kind(target)  # a directory or a foreign file
+    if target.exists():
+        if not os.access(target, os.W_OK):
+            raise ValueError(f"bank={path} is not writable; pass a bank path you can write, or make it writable.")
+        if kind == "sqlite":
+            SqliteStore(target).close()  # another program's database is refused before anything is written
+        return
+    parent = target.parent
+    while not parent.exists():  # the bank creates missing folders: the first existing ancestor must be writable
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise ValueError(f"bank={path}: cannot create it ({parent} is not a writable folder); pass a bank path "
+                         "in a folder you can write.")
 
 
 @dataclass
@@ -34,7 +49,8 @@ class BankConfig:
     """Where decoded branches and computed features are kept between runs."""
 
     path: str | None = None
-    """Branch bank file: banked questions are read instead of decoded, new ones appended (None: no bank)."""
+    """Branch bank file: banked questions are read instead of decoded, new ones written (None: no bank). A new
+    file is SQLite unless its name ends in `.gz` (the older gzip-member banks, still read and appended to)."""
     bank_only: bool = False
     """Never decode: a question missing from the bank is an error (needs `path`)."""
     feature_cache: str | None = DEFAULT_FEATURE_CACHE
@@ -44,6 +60,12 @@ class BankConfig:
     def __post_init__(self) -> None:
         if self.bank_only and self.path is None:
             raise ValueError("bank_only=true needs bank=PATH (the bank to read every question from)")
+        if self.path is not None:
+            check_bank_path(self.path)
+        cache = self.feature_cache
+        if cache not in (None, DEFAULT_FEATURE_CACHE) and Path(cache).expanduser().exists() and not Path(cache).expanduser().is_dir():
+            raise ValueError(f"feature_cache={cache} is not a folder; pass a folder for the feature files, "
+                             "or feature_cache=none to switch the cache off.")
 
 
 class NotInBank(LookupError):
@@ -55,52 +77,42 @@ def record_key(model: str, prompt_ids: list[int], settings: dict) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def _branches(record: dict) -> list[Branch]:
+    return [Branch(**{**b, "offsets": [tuple(o) for o in b["offsets"]]}) for b in record["branches"]]
+
+
 class BranchBank:
+    """Read and write one bank file: `get(key)` a question's branches, `add(key, branches)` a decoded one.
+
+    A gzip bank is read whole when opened; a SQLite bank is queried per question (opening it costs nothing).
+    """
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.records: dict[str, list[Branch]] = {}
-        if self.path.is_file():
-            self._load()
+        self.store = open_store(self.path)
+        self._loaded: dict[str, list[Branch]] | None = None
+        if isinstance(self.store, GzipStore):
+            self._loaded = {r["key"]: _branches(r) for r in self.store.records()}
 
-    def _load(self) -> None:
-        """Read every whole record; a torn or corrupt member costs only itself: reading resumes at the next gzip
-        member header after it (a kill during a write tears the member it was writing, and later runs append
-        after the tear)."""
-        raw = self.path.read_bytes()
-        offset = 0
-        while offset < len(raw):
-            inflater = zlib.decompressobj(wbits=31)  # one gzip member at a time
-            try:
-                text = inflater.decompress(raw[offset:]) + inflater.flush()
-                records = [json.loads(line) for line in text.decode().splitlines()] if inflater.eof else None
-            except (zlib.error, UnicodeDecodeError, json.JSONDecodeError):
-                records = None
-            if records is None or not all(isinstance(r, dict) and "key" in r and "branches" in r for r in records):
-                following = raw.find(GZIP_MAGIC, offset + 1)
-                log.warning("%s: skipping an unreadable record at byte %d (%d bytes; a torn write or corruption)",
-                            self.path, offset, (following if following >= 0 else len(raw)) - offset)
-                if following < 0:
-                    break
-                offset = following
-                continue
-            offset = len(raw) - len(inflater.unused_data)
-            for record in records:
-                self.records[record["key"]] = [Branch(**{**b, "offsets": [tuple(o) for o in b["offsets"]]})
-                                               for b in record["branches"]]
+    def keys(self) -> set[str]:
+        return set(self._loaded) if self._loaded is not None else self.store.keys()
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.keys())
+
+    def __contains__(self, key: str) -> bool:
+        return self.store.has(key) if self._loaded is None else key in self._loaded
 
     def get(self, key: str) -> list[Branch] | None:
-        return self.records.get(key)
+        if self._loaded is not None:
+            return self._loaded.get(key)
+        record = self.store.get(key)
+        return None if record is None else _branches(record)
 
     def add(self, key: str, branches: list[Branch], **info) -> None:
-        record = {"key": key, **info, "branches": [asdict(b) for b in branches]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as handle:
-            handle.write(gzip.compress((json.dumps(record, separators=(",", ":")) + "\n").encode()))
-            handle.flush()
-        self.records[key] = branches
+        self.store.add({"key": key, **info, "branches": [asdict(b) for b in branches]})
+        if self._loaded is not None:
+            self._loaded[key] = branches
 
 
 class FeatureCache:

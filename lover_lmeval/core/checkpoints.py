@@ -6,14 +6,16 @@ from (:data:`MATCH_KEYS`), so a verifier trained on one model/layer/template is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from .files import atomic_path, write_text
 from .verifier import Verifier, VerifierConfig
 
 #: Metadata keys that must agree between a checkpoint and the run that loads it.
@@ -27,17 +29,28 @@ def _plain(value):
     return json.loads(json.dumps(value))
 
 
+def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes (sorted by name): recorded at save, checked at load,
+    so flipped weight bytes (which safetensors itself loads silently) are caught."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def save_checkpoint(path: str | Path, verifier: Verifier, metadata: dict) -> None:
-    """Write safetensors weights (+ metadata in the header) and a readable ``.json`` sidecar."""
+    """Write safetensors weights (+ metadata in the header) and a readable ``.json`` sidecar, each atomically."""
     path = Path(path)
-    meta = {**_plain(metadata), "verifier_config": asdict(verifier.config), "input_dim": verifier.dim,
-            "format_version": FORMAT_VERSION}
     tensors = {k: v.detach().cpu().contiguous() for k, v in verifier.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata={_META_KEY: json.dumps(meta)})
+    meta = {**_plain(metadata), "verifier_config": asdict(verifier.config), "input_dim": verifier.dim,
+            "format_version": FORMAT_VERSION, "tensors_sha256": tensors_sha256(tensors)}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={_META_KEY: json.dumps(meta)})
     sidecar = {**meta, "weights_file": path.name,
                "tensors": {k: list(v.shape) for k, v in tensors.items()}}
-    path.with_suffix(".json").write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
+    write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
 
 
 def gold_labels_used(meta: dict) -> int:
@@ -67,10 +80,16 @@ def load_checkpoint(path: str | Path, expect: dict | None = None) -> tuple[Verif
     ``expect`` values for :data:`MATCH_KEYS` must equal the stored metadata, else ValueError.
     """
     path = Path(path)
-    with safe_open(str(path), framework="pt") as f:
+    try:
+        handle = safe_open(str(path), framework="pt")
+    except (SafetensorError, OSError) as error:  # truncated, garbage, or not a safetensors file at all
+        raise ValueError(f"{path} is not a readable safetensors checkpoint ({error}); pass a file written by "
+                         "`lover train`, or re-download it if it was cut short.") from None
+    with handle as f:
         header = f.metadata() or {}
         if _META_KEY not in header:
-            raise ValueError(f"{path} is not a LoVer checkpoint (no '{_META_KEY}' metadata in its header)")
+            raise ValueError(f"{path} is not a LoVer checkpoint (no '{_META_KEY}' metadata in its header); pass "
+                             "a file written by `lover train`.")
         meta = json.loads(header[_META_KEY])
         diffs = [k for k in MATCH_KEYS if expect is not None and k in expect
                  and meta.get(k, "<missing>") != _plain(expect[k])]
@@ -79,7 +98,15 @@ def load_checkpoint(path: str | Path, expect: dict | None = None) -> tuple[Verif
                      f"but this run uses {k}={_show(expect[k])}" for k in diffs]
             raise ValueError(f"{path}: " + "; ".join(lines)
                              + f"; retrain with `lover train` or pass the matching {'/'.join(diffs)}")
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        try:
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except SafetensorError as error:
+            raise ValueError(f"{path} is not a readable safetensors checkpoint ({error}); pass a file written by "
+                             "`lover train`, or re-download it if it was cut short.") from None
+    recorded = meta.get("tensors_sha256")  # checkpoints from before the checksum existed carry none
+    if recorded is not None and tensors_sha256(tensors) != recorded:
+        raise ValueError(f"{path}: its tensors do not match the checksum (tensors_sha256) recorded when it was "
+                         "saved: the file is corrupt or was edited; re-download it or retrain with `lover train`.")
     try:  # a checkpoint from before `orient` existed was not oriented, whatever today's default
         config = VerifierConfig(**{"orient": "none", **meta["verifier_config"]})
     except TypeError as err:  # written by a newer/older version with different fields

@@ -30,7 +30,10 @@ def _layers(value) -> tuple[int, ...]:
 
 
 def _flag(value) -> bool:
-    return str(value).lower() in ("true", "1", "yes")
+    text = str(value).lower()
+    if text not in ("true", "1", "yes", "false", "0", "no"):
+        raise ValueError(value)
+    return text in ("true", "1", "yes")
 
 
 def _feature_cache(value) -> str | None:
@@ -39,7 +42,7 @@ def _feature_cache(value) -> str | None:
 
 #: what each parser accepts, for error messages
 EXPECTED = {int: "an integer", float: "a number", _optional_int: "an integer (or None)",
-            _layers: "';'-separated integers, e.g. 15;18"}
+            _layers: "';'-separated integers, e.g. 15;18", _flag: "true or false"}
 
 #: model_arg -> (component, field, parser); a component's default applies when the arg is absent.
 MODEL_ARGS = {

@@ -11,6 +11,7 @@ L layers, H kv heads, S sequence length, E head dim.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -39,10 +40,10 @@ class DecodingConfig:
         if int(self.n_branches) < 1:
             raise ValueError(f"n_branches={self.n_branches} must be >= 1 (e.g. n_branches=10).")
         self.n_branches = int(self.n_branches)
-        if not self.temperature > 0:
-            raise ValueError(f"temperature={self.temperature} must be > 0.")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1].")
+        if self.mode == "sample" and not self.temperature > 0:  # the other modes never read it
+            raise ValueError(f"temperature={self.temperature:g} must be > 0 for decoding=sample (e.g. 0.7).")
+        if self.mode == "sample" and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p:g} must be in (0, 1] for decoding=sample (e.g. 0.95).")
 
 
 @dataclass
@@ -126,10 +127,15 @@ def make_branch(tokenizer, ids: list[int], margins: list[float], stop: list[str]
 
 @torch.inference_mode()
 def decode_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
-                    stop: list[str], eos_ids: set[int], pad_id: int) -> tuple[list[list[Branch]], list[list[BranchCache]]]:
-    """Decode N branches for each of Q prompts (lists of token ids). Returns branches and their caches."""
+                    stop: list[str], eos_ids: set[int], pad_id: int,
+                    on_question: Callable[[int, list[Branch]], None] | None = None,
+                    ) -> tuple[list[list[Branch]], list[list[BranchCache]]]:
+    """Decode N branches for each of Q prompts (lists of token ids). Returns branches and their caches.
+
+    `on_question(q, branches)` is called as soon as all N branches of prompt q are done (the bank writes it then,
+    so a kill loses only the questions still decoding, not the whole batch)."""
     if config.mode == "beam":
-        return _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id)
+        return _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id, on_question)
     device = model.device
     n, q_count = config.n_branches, len(prompts)
     lengths = torch.tensor([len(p) for p in prompts], device=device)
@@ -163,6 +169,7 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
     active = list(range(q_count * n))  # original row of each row still in the batch
     branches: list[list[Branch | None]] = [[None] * n for _ in range(q_count)]
     caches: list[list[BranchCache | None]] = [[None] * n for _ in range(q_count)]
+    unfinished = [n] * q_count
 
     while active:
         keep = []
@@ -174,6 +181,9 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
             q, k = divmod(row, n)
             branches[q][k] = make_branch(tokenizer, ids[row], margins[row], stop, reason)
             caches[q][k] = snapshot(cache, i, len(prompts[q]), start=pads[row])
+            unfinished[q] -= 1
+            if unfinished[q] == 0 and on_question is not None:
+                on_question(q, branches[q])
         if len(keep) < len(active):
             index = torch.tensor(keep, dtype=torch.long, device=device)
             cache.batch_select_indices(index)
@@ -281,7 +291,7 @@ def _strip_padding(seq: list[int], eos_ids: set[int], pad_id: int) -> list[int]:
     return seq
 
 
-def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id):
+def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id, on_question=None):
     """Beam search via `generate` (N beams, N returned), then margins and caches in one extra pass.
 
     Beam search reorders its cache internally, so each beam's cache is rebuilt by running its tokens
@@ -310,4 +320,6 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
             q_caches.append(snapshot(out.past_key_values, k, len(prompt), end=base.length + len(ids)))
         branches.append(q_branches)
         caches.append(q_caches)
+        if on_question is not None:
+            on_question(len(branches) - 1, q_branches)
     return branches, caches

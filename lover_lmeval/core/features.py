@@ -47,16 +47,16 @@ class FeatureConfig:
 
     def layers(self, n_layers: int) -> list[int]:
         """[layer, *extra_layers] resolved for a model with `n_layers` blocks."""
-        return [check_layer(self.layer, n_layers), *(check_layer(x, n_layers) for x in self.extra_layers)]
+        return [check_layer(self.layer, n_layers), *(check_layer(x, n_layers, "extra_layers") for x in self.extra_layers)]
 
 
-def check_layer(layer: int | None, n_layers: int) -> int:
+def check_layer(layer: int | None, n_layers: int, name: str = "layer") -> int:
     """Resolve `layer` (None = middle) to an index into hidden_states (0 = embeddings, n_layers = last)."""
     if layer is None:
         return n_layers // 2
     if not -(n_layers + 1) <= layer <= n_layers:
         raise ValueError(
-            f"layer={layer} is out of range for this model: use 0..{n_layers} "
+            f"{name}={layer} is out of range for this model: use 0..{n_layers} "
             f"(0 = embeddings, {n_layers} = last block) or a negative index down to {-(n_layers + 1)}."
         )
     return layer % (n_layers + 1)

@@ -28,7 +28,7 @@ from .decoding import decode_branches
 from .features import assertion_features, features_from_tokens
 from .loading import cache_dir, model_identity
 from .results import LoverResult
-from .scoring import fit_on_results, warn_if_constant_answer, warn_if_one_sided
+from .scoring import fit_on_results, unparsed_counts, warn_if_constant_answer, warn_if_one_sided
 from .selection import select
 
 log = logging.getLogger("lm_eval.lover_hf")  # under lm-eval's logger, so its CLI shows our messages
@@ -54,7 +54,11 @@ class Pipeline:
             self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
         self.verifiers, self.verifier_meta = {}, {}
         for name, path in self.config.selection.checkpoints().items():
-            self.verifiers[name], meta = load_checkpoint(path, expect=self.identity)
+            try:
+                self.verifiers[name], meta = load_checkpoint(path, expect=self.identity)
+            except ValueError as error:
+                arg = "verifier" if name == "lover" else "supervised_verifier"
+                raise ValueError(f"{arg}={path}: {error}") from None
             self.verifier_meta[name] = meta
             if label_tag(meta):  # the YAML names the metric rows; say here that these are not label-free
                 log.warning("verifier %s was made with %d gold labels %s: the rows it scores (lover_*, or "
@@ -93,7 +97,7 @@ class Pipeline:
         return [record_key(self.identity["model"], p, settings) for p in prompts]
 
     def banked(self, keys: list[str]) -> list[bool]:
-        return [self.bank is not None and self.bank.get(k) is not None for k in keys]
+        return [self.bank is not None and k in self.bank for k in keys]
 
     def featurise(self, prompts: list[list[int]], keys: list[str], until: list[str],
                   max_gen_toks: int) -> list[LoverResult]:
@@ -110,13 +114,16 @@ class Pipeline:
         if todo:
             pad_id = self.tokenizer.pad_token_id
             pad_id = pad_id if pad_id is not None else self.tokenizer.eos_token_id
+
+            def bank_now(q: int, q_branches) -> None:  # each question as soon as its own branches are done
+                self.bank.add(keys[todo[q]], q_branches, prompt_ids=prompts[todo[q]])
+
             decoded, caches = decode_branches(self.model, self.tokenizer, [prompts[i] for i in todo],
-                                              self.config.decoding, max_gen_toks, until, self.eos_ids(), pad_id)
+                                              self.config.decoding, max_gen_toks, until, self.eos_ids(), pad_id,
+                                              on_question=bank_now if self.bank is not None else None)
             for i, q_branches, q_caches in zip(todo, decoded, caches):
                 branches[i] = q_branches
                 features[i] = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layers)
-                if self.bank is not None:
-                    self.bank.add(keys[i], q_branches, prompt_ids=prompts[i])
         results = []
         for i, q_branches in enumerate(branches):
             if features[i] is None:  # from the bank: no KV cache, one prefill per question
@@ -154,6 +161,20 @@ class Pipeline:
             if on_done is not None:
                 on_done(chunk, done)
         return results
+
+    def finish_task(self, results: list[LoverResult], task: str | None = None) -> None:
+        """After a task's questions are decoded: report unparsable branches; fit at test time if configured. One
+        fit per task: the inter-group constraint compares answers to the same kind of question, and a run of
+        several tasks must score each exactly as a run of that task alone would."""
+        unparsed, without = unparsed_counts(results, self.extract)
+        if unparsed:
+            log.warning("%s: %d of %d branches (%.0f%%) gave no answer the %r extractor can parse; %d of %d "
+                        "questions have none in any branch (every selector scores them wrong)", task or "this run",
+                        unparsed, sum(len(r.branches) for r in results),
+                        100 * unparsed / max(1, sum(len(r.branches) for r in results)), self.extract, without,
+                        len(results))
+        if self.config.selection.fit_at_test_time:
+            self.fit(results, task)
 
     def fit(self, results: list[LoverResult], task: str | None = None):
         """Test-time fit: label-free on these results' own branches; stores the `lover` scores and warns when the

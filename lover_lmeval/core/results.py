@@ -59,7 +59,8 @@ class LoverResult(str):
             have = ", ".join(sorted(self.verifier_probs)) or "none"
             raise KeyError(
                 f"this result carries no scores of verifier {verifier!r} (available: {have}); "
-                f"pass verifier=PATH (or verifier=fit) in --model_args to lover_hf."
+                f"pass {'supervised_verifier' if verifier == 'supervised' else 'verifier'}=PATH"
+                f"{'' if verifier == 'supervised' else ' (or verifier=fit)'} in --model_args to lover_hf."
             )
         probs = self.verifier_probs[verifier]
         return score(probs[:, 0], probs[:, 1])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +43,11 @@ class SelectionConfig:
 
     def __post_init__(self) -> None:
         get_extractor(self.extract)  # names the allowed extractors
+        for arg, path in (("verifier", self.verifier), ("supervised_verifier", self.supervised_verifier)):
+            if path not in (None, "fit") and not Path(path).expanduser().is_file():
+                raise ValueError(f"{arg}={path} does not exist (or is not a file); pass a checkpoint written by "
+                                 "`lover train`" + (", verifier=fit (test-time fit) or verifier=None" if arg == "verifier"
+                                                    else "") + ".")
 
     @property
     def fit_at_test_time(self) -> bool:

@@ -17,8 +17,9 @@ import json
 import random
 import string
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
+
+from ..core.files import write_text
 
 MOD = 23
 MAX_PERM_LEVEL = 5
@@ -318,8 +319,4 @@ def generate(config, n):
 
 
 def write_jsonl(records, path):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8", newline="\n") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    write_text(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))

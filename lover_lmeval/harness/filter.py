@@ -6,6 +6,9 @@ chain). Only oracle strategies (`pass_at_n`) read the doc's gold field; selector
 
 from __future__ import annotations
 
+import inspect
+from functools import partial
+
 from lm_eval.api.filter import Filter
 
 from ..core.answers import get_extractor
@@ -47,3 +50,42 @@ class LoverSelect(Filter):
         self.check_fit_extractor(resps)
         return [[select(r, self.strategy, self.extract, self._gold(doc), self.verifier) for r in rs]
                 for rs, doc in zip(resps, docs)]
+
+
+def _lover_select_arguments(frame_depth: int = 4) -> list[dict]:
+    """The keyword arguments of every lover_select filter of the tasks lm-eval is evaluating, found before any
+    request runs.
+
+    lm-eval builds a task's filters as `partial(FilterClass, **kwargs)` and instantiates them only when applying
+    them, after every request ran; so a bad filter argument would cost the whole decode and fit. The tasks are
+    locals of lm-eval's `evaluate`, which calls `generate_until` directly: the frames above are searched for objects
+    holding filter ensembles. Best effort: another caller finds nothing here and the filter's own checks still run
+    when it is applied."""
+    found, frame = [], inspect.currentframe()
+    for _ in range(frame_depth):
+        frame = frame.f_back if frame is not None else None
+        if frame is None:
+            break
+        for value in list(frame.f_locals.values()):
+            tasks = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+            for task in tasks:
+                for ensemble in getattr(task, "_filters", None) or []:
+                    found += [step.keywords for step in getattr(ensemble, "filters", [])
+                              if isinstance(step, partial) and step.func is LoverSelect]
+        if found:
+            break
+    return found
+
+
+def check_filters_before_decoding(fit_extract: str | None) -> None:
+    """Build each lover_select filter of the evaluated tasks once (its own checks: strategy, extractor) and check
+    that those reading the test-time fit group answers with `fit_extract`, the model's `extract` (None: no
+    test-time fit). Raises ValueError naming the argument and the fix."""
+    for kwargs in _lover_select_arguments():
+        select_filter = LoverSelect(**kwargs)
+        uses_fit = select_filter.strategy.startswith("lover_") and select_filter.verifier == "lover"
+        if fit_extract is not None and uses_fit and select_filter.extract_name != fit_extract:
+            raise ValueError(
+                f"lover_hf fits its test-time verifier with extract={fit_extract}, but a task's lover_select filter "
+                f"extracts {select_filter.extract_name}: pass extract={select_filter.extract_name} in --model_args, "
+                "and run tasks with different extractors in separate lm_eval calls (`lover compare` sets it per task).")

@@ -18,6 +18,8 @@ from ..core import loading
 from ..core.config import LoverConfig
 from ..core.pipeline import Pipeline, log
 from ..core.results import LoverResult
+from .filter import check_filters_before_decoding
+from .model_args import check_before_loading, loader_error
 
 
 class LoverLM(HFLM):
@@ -40,7 +42,11 @@ class LoverLM(HFLM):
         # HFLM's own default is "cuda", which fails on CPU-only machines: pick what is there.
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        super().__init__(pretrained=pretrained, device=device, **hf_args)
+        check_before_loading(hf_args)
+        try:
+            super().__init__(pretrained=pretrained, device=device, **hf_args)
+        except TypeError as error:
+            raise loader_error(error, hf_args) from None
         # HFLM shards requests across ranks only when there are several GPUs; a multi-process CPU launch
         # (ACCELERATE_USE_CPU=1 torchrun/accelerate launch) should split the work the same way.
         accelerator = getattr(self, "accelerator", None)
@@ -82,6 +88,8 @@ class LoverLM(HFLM):
         return self.pipeline.run(prompts, until, max_gen_toks, batch_size, [len(c) for c in contexts], on_done)
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
+        fitting = self.pipeline.config.selection.fit_at_test_time
+        check_filters_before_decoding(self.pipeline.extract if fitting else None)  # before hours of decoding
         groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
         for index, request in enumerate(requests):
             groups[repr(sorted(request.args[1].items()))].append(index)
@@ -99,14 +107,11 @@ class LoverLM(HFLM):
 
             self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
         bar.close()
-        if self.pipeline.config.selection.fit_at_test_time:
-            # One fit per task: the inter-group constraint compares answers to the same kind of question, and
-            # a run of several tasks must score each exactly as a run of that task alone would.
-            by_task = defaultdict(list)
-            for request, result in zip(requests, results):
-                by_task[getattr(request, "task_name", None)].append(result)
-            for task, task_results in by_task.items():
-                self.pipeline.fit(task_results, task)
+        by_task = defaultdict(list)
+        for request, result in zip(requests, results):
+            by_task[getattr(request, "task_name", None)].append(result)
+        for task, task_results in by_task.items():
+            self.pipeline.finish_task(task_results, task)
         return results
 
     @torch.no_grad()

@@ -1,0 +1,182 @@
+"""Where a branch bank's records live on disk: SQLite (the default for new banks) or gzip members (older banks).
+
+A record is one question's JSON object `{"key", "prompt_ids", "branches": [...]}`. Both stores guarantee what a
+bank needs (`bank.BranchBank`): every record reported written reads back after a `kill -9` at any moment, a record
+is never duplicated, and concurrent writers (data-parallel ranks, two jobs) never interleave or lose records.
+
+- `SqliteStore` (`*.sqlite`, `*.db`, or any new path not ending in `.gz`): SQLite does the hard part. WAL journal,
+  one transaction per question, `synchronous=FULL`, the key as primary key (a second writer of the same question is
+  ignored), zlib-compressed JSON blobs.
+- `GzipStore` (`*.jsonl.gz`, the committed banks): one gzip member per question, appended under an exclusive
+  `flock` with a single write and an fsync. A torn or corrupt member (a kill mid-write, flipped bytes) costs only
+  itself: reading skips to the next gzip header with one warning naming the file and byte offset.
+
+`convert` copies every record between any two (including plain JSON lines, for other tools).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import sqlite3
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+try:  # POSIX; elsewhere gzip banks have a single writer at a time
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+log = logging.getLogger("lm_eval.lover_hf")
+GZIP_MAGIC = b"\x1f\x8b\x08"  # the first bytes of every gzip member (deflate)
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+def _is_record(record) -> bool:
+    return isinstance(record, dict) and isinstance(record.get("key"), str) and isinstance(record.get("branches"), list)
+
+
+def store_kind(path: Path) -> str:
+    """"sqlite" or "gzip": an existing file by its first bytes, a new one by its suffix (`.gz` -> gzip).
+
+    Raises ValueError naming the file when it exists but is neither (a foreign file would otherwise be read as an
+    empty bank and appended to, unreadably)."""
+    if path.is_dir():
+        raise ValueError(f"bank={path} is a directory; pass a file inside it, e.g. bank={path / 'bank.sqlite'}")
+    if path.is_file() and path.stat().st_size > 0:
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_MAGIC))
+        if head.startswith(SQLITE_MAGIC):
+            return "sqlite"
+        if head.startswith(GZIP_MAGIC):
+            return "gzip"
+        raise ValueError(f"bank={path} exists but is not a lover-lmeval bank (neither SQLite nor gzip records); "
+                         "pass a new file path (e.g. bank=run.sqlite) or the bank file you meant.")
+    return "gzip" if path.name.endswith(".gz") else "sqlite"
+
+
+class GzipStore:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def records(self) -> Iterator[dict]:
+        """Every whole record, in file order."""
+        if not self.path.is_file():
+            return
+        raw = self.path.read_bytes()
+        offset = 0
+        while offset < len(raw):
+            inflater = zlib.decompressobj(wbits=31)  # one gzip member at a time
+            try:
+                text = inflater.decompress(raw[offset:]) + inflater.flush()
+                records = [json.loads(line) for line in text.decode().splitlines()] if inflater.eof else None
+            except (zlib.error, UnicodeDecodeError, json.JSONDecodeError):
+                records = None
+            if records is None or not all(_is_record(r) for r in records):
+                following = raw.find(GZIP_MAGIC, offset + 1)
+                log.warning("%s: skipping an unreadable record at byte %d (%d bytes; a torn write or corruption)",
+                            self.path, offset, (following if following >= 0 else len(raw)) - offset)
+                if following < 0:
+                    break
+                offset = following
+                continue
+            offset = len(raw) - len(inflater.unused_data)
+            yield from records
+
+    def add(self, record: dict) -> None:
+        member = gzip.compress((json.dumps(record, separators=(",", ":")) + "\n").encode())
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_EX)  # another writer's member is never split by ours
+            view = memoryview(member)
+            while view:  # O_APPEND: every write lands at the end, under the lock
+                view = view[os.write(handle, view):]
+            os.fsync(handle)
+        finally:
+            os.close(handle)  # closing releases the lock
+
+
+class SqliteStore:
+    SCHEMA = "CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, record BLOB NOT NULL) WITHOUT ROWID"
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # timeout: a concurrent writer holds the lock for one question's insert, milliseconds
+            self.db = sqlite3.connect(path, timeout=120, isolation_level=None)
+            tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables - {"records"}:  # checked before any write: never touch another program's database
+                raise ValueError(f"bank={path} is a SQLite database of another program (tables {sorted(tables)}); "
+                                 "pass a new file path for the bank.")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute(self.SCHEMA)
+        except sqlite3.DatabaseError as error:
+            raise ValueError(f"bank={path} cannot be opened as a SQLite bank ({error}); pass a new file path or "
+                             "the bank file you meant.") from None
+
+    def records(self) -> Iterator[dict]:
+        for key, blob in self.db.execute("SELECT key, record FROM records"):
+            record = self._decode(key, blob)
+            if record is not None:
+                yield record
+
+    def _decode(self, key: str, blob: bytes) -> dict | None:
+        try:
+            record = json.loads(zlib.decompress(blob))
+        except (zlib.error, UnicodeDecodeError, json.JSONDecodeError):
+            record = None
+        if not _is_record(record) or record["key"] != key:
+            log.warning("%s: skipping the unreadable record %s (corrupt)", self.path, key)
+            return None
+        return record
+
+    def get(self, key: str) -> dict | None:
+        row = self.db.execute("SELECT record FROM records WHERE key = ?", (key,)).fetchone()
+        return None if row is None else self._decode(key, row[0])
+
+    def has(self, key: str) -> bool:
+        return self.db.execute("SELECT 1 FROM records WHERE key = ?", (key,)).fetchone() is not None
+
+    def keys(self) -> set[str]:
+        return {row[0] for row in self.db.execute("SELECT key FROM records")}
+
+    def add(self, record: dict) -> None:
+        blob = zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 6)
+        with self.db:  # one transaction per question; a concurrent copy of the same question is kept once
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.execute("INSERT OR IGNORE INTO records (key, record) VALUES (?, ?)", (record["key"], blob))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def open_store(path: str | Path) -> GzipStore | SqliteStore:
+    path = Path(path)
+    return SqliteStore(path) if store_kind(path) == "sqlite" else GzipStore(path)
+
+
+def convert(source: str | Path, destination: str | Path) -> int:
+    """Copy every readable record of `source` into `destination` (a bank, or `*.jsonl`: plain JSON lines for other
+    tools); returns how many. Records already in a destination bank are kept once."""
+    destination = Path(destination)
+    records = open_store(source).records()
+    count = 0
+    if destination.suffix == ".jsonl":
+        from .files import atomic_path
+
+        with atomic_path(destination) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+            for count, record in enumerate(records, 1):
+                handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        return count
+    store = open_store(destination)
+    for count, record in enumerate(records, 1):
+        store.add(record)
+    return count
