@@ -137,3 +137,13 @@ def _foreign_sqlite(path):
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE users (name TEXT)")
     return path
+
+
+def test_lover_bank_cli_reports_and_converts(tmp_path, capsys):
+    from lover_lmeval.apps.cli import main
+
+    gz = tmp_path / "bank.jsonl.gz"
+    BranchBank(gz).add("q0", _branches(0), prompt_ids=[1])
+    assert main(["bank", "convert", str(gz), str(tmp_path / "bank.sqlite")]) == 0
+    assert main(["bank", "info", str(tmp_path / "bank.sqlite")]) == 0
+    assert "sqlite bank, 1 questions (1 distinct), 1 branches; finish reasons {'eos': 1}" in capsys.readouterr().out

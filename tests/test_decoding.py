@@ -10,11 +10,12 @@ from lover_lmeval.core.decoding import DecodingConfig, decode_branches
 PROMPTS = ["Question: Tom has 3 apples and buys 4 more. How many apples?\nAnswer:", "Hi"]
 
 
-def _decode(model, tokenizer, mode="cot", n=4, max_new=12, stop=(), eos=None, prompts=PROMPTS, **kw):
+def _decode(model, tokenizer, mode="cot", n=4, max_new=12, stop=(), eos=None, prompts=PROMPTS, on_question=None,
+            **kw):
     ids = [tokenizer.encode(p) for p in prompts]
     eos_ids = {tokenizer.eos_token_id} if eos is None else eos
     return decode_branches(model, tokenizer, ids, DecodingConfig(n_branches=n, mode=mode, **kw), max_new,
-                           list(stop), eos_ids, tokenizer.pad_token_id)
+                           list(stop), eos_ids, tokenizer.pad_token_id, on_question=on_question)
 
 
 def _greedy(model, tokenizer, prompt, max_new):
@@ -94,3 +95,20 @@ def test_beam_returns_n_beams_best_first(tiny_model, tokenizer):
 def test_bad_decoding_config_names_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DecodingConfig(**kwargs)
+
+
+def test_each_question_is_handed_over_as_soon_as_its_own_branches_end(tiny_model, tokenizer):
+    """The bank writes a question from `on_question`: question 1's two branches end at once (their first tokens
+    count as EOS here) and are handed over after the prefill alone, while question 0 still decodes to its budget
+    of 12 tokens (1 prefill + 11 steps), not at the end of the batch."""
+    firsts = [tiny_model(torch.tensor([tokenizer.encode(p)])).logits[0, -1].topk(2).indices.tolist() for p in PROMPTS]
+    assert not set(firsts[0]) & set(firsts[1]), "the test needs disjoint first tokens"
+    forwards, handed = [], []
+    hook = tiny_model.register_forward_hook(lambda *args: forwards.append(1))
+    try:
+        branches, _ = _decode(tiny_model, tokenizer, n=2, max_new=12, eos=set(firsts[1]),
+                              on_question=lambda q, b: handed.append((q, len(forwards), b)))
+    finally:
+        hook.remove()
+    assert [(q, count) for q, count, _ in handed] == [(1, 1), (0, 12)]
+    assert [b for _, _, b in sorted(handed, key=lambda h: h[0])] == branches

@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "igsm": ("lover_lmeval.apps.igsm", "generate iGSM grade-school problems (mod 23) as jsonl"),
     "train": ("lover_lmeval.apps.train", "decode a task's training split and fit a LoVer verifier checkpoint"),
     "compare": ("lover_lmeval.apps.compare", "leaderboard of selection strategies with bootstrap intervals (via lm-eval)"),
+    "bank": ("lover_lmeval.apps.bank", "inspect a branch bank or convert it (SQLite, gzip, plain JSON lines)"),
 }
 
 

@@ -148,6 +148,9 @@ class Pipeline:
         results)` is called after each batch."""
         keys = self.record_keys(prompts, until, max_gen_toks)
         banked = self.banked(keys)
+        if self.bank is not None:
+            log.info("lover_hf: %d of %d questions read from the bank %s, %d to decode", sum(banked), len(prompts),
+                     self.bank.path, len(prompts) - sum(banked))
         lengths = lengths if lengths is not None else [len(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
         chunks = [part[start: start + batch_size] for part in ([i for i in order if banked[i]],
