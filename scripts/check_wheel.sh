@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The wheel as a user gets it (issue Wheel): build it from this checkout, install it with the pinned CPU torch into
+# a fresh venv outside the checkout, and from an empty folder run `lm_eval --model lover_hf --tasks lover_gsm8k
+# --limit 2` and a `simple_evaluate` call (embedded model, LOVER_DATA_DIR data), asserting the lover metric rows.
+# Called by .ci/run after the test suite.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/lover-wheel.XXXX")"
+trap 'rm -rf "$work"' EXIT
+python3 -m pip wheel -q --no-deps -w "$work/dist" "$repo"
+wheel="$(ls "$work"/dist/lover_lmeval-*.whl)"
+python3 -m zipfile -l "$wheel" > "$work/contents.txt"
+grep -q "lover_lmeval/task_configs/lover_gsm8k.yaml" "$work/contents.txt" \
+  || { echo "check_wheel: the wheel carries no task YAMLs" >&2; exit 1; }
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install -q torch==2.13.0
+"$work/venv/bin/pip" install -q "$wheel"
+"$work/venv/bin/pip" check
+mkdir "$work/empty" && cd "$work/empty"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+: "${LOVER_DATA_DIR:?set LOVER_DATA_DIR to the offline data (e.g. ../shared/data)}"
+"$work/venv/bin/lm_eval" --model lover_hf --model_args n_branches=2 --gen_kwargs max_gen_toks=16 \
+  --tasks lover_gsm8k --limit 2 --output_path out 2>&1 | tee "$work/cli.log" | tail -n 15
+grep -q "lover_sum" "$work/cli.log" || { echo "check_wheel: lm_eval printed no lover_sum row" >&2; exit 1; }
+"$work/venv/bin/python" - <<'PY'
+from lm_eval import simple_evaluate
+
+results = simple_evaluate(model="lover_hf", model_args="n_branches=2", tasks=["lover_gsm8k"], limit=2,
+                          gen_kwargs="max_gen_toks=16")["results"]["lover_gsm8k"]
+rows = {key.split(",")[1] for key in results if key.startswith("exact_match,")}
+assert {"greedy", "majority", "cot_sum", "lover_max", "lover_sum"} <= rows, rows
+print("check_wheel: simple_evaluate rows", sorted(rows))
+PY
+echo "check_wheel: ok ($(basename "$wheel"))"
