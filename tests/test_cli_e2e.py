@@ -54,3 +54,28 @@ def test_two_cpu_ranks_each_decode_their_share(tmp_path, tiny_model_dir):
     log = done.stdout + done.stderr
     assert "lover_hf rank 0/2: 2 questions" in log and "lover_hf rank 1/2: 2 questions" in log
     assert sorted(s["doc_id"] for s in _samples(out) if s["filter"] == "greedy") == [0, 1, 2, 3]
+
+
+def test_lm_eval_scores_with_a_checkpoint_trained_by_lover_train(tmp_path, tiny_model_dir):
+    """The README's `verifier=CKPT` under the real lm_eval CLI, with a checkpoint `lover train` made in this test
+    (chat-templated prompts, recorded in its metadata): the lover rows are scored by it, and a run on plain prompts
+    is warned that the checkpoint expects --apply_chat_template."""
+    lover = str(Path(sys.executable).parent / "lover")
+    checkpoint = tmp_path / "gsm8k.safetensors"
+    _run([lover, "train", "--model_args", f"pretrained={tiny_model_dir},n_branches=2", "--task", "lover_gsm8k",
+          "--split", "train", "--limit", "3", "--gen_kwargs", "max_gen_toks=6", "--apply_chat_template",
+          "--fit_config", "epochs=2;restarts=1", "--bank", str(tmp_path / "bank.sqlite"), "--out", str(checkpoint)],
+         tmp_path)
+    assert json.loads(checkpoint.with_suffix(".json").read_text())["chat_template"] is True
+    for chat in (True, False):
+        out = tmp_path / f"out-{chat}"
+        done = _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args",
+                     f"pretrained={tiny_model_dir},n_branches=2,verifier={checkpoint}", "--gen_kwargs",
+                     "max_gen_toks=6", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples", "--output_path",
+                     str(out), *(["--apply_chat_template"] if chat else [])], tmp_path)
+        (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
+        metrics = json.load(open(results_file))["results"]["lover_gsm8k"]
+        assert {"exact_match,lover_max", "exact_match,lover_sum"} <= set(metrics)
+        assert all(len(json.loads(s["resps"][0][0])["scores"]["lover"]) == 2 for s in _samples(out))
+        warned = "was trained on chat-templated prompts" in done.stdout + done.stderr
+        assert warned is not chat, "the prompt-format warning fires exactly when the run differs from the checkpoint"

@@ -124,6 +124,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
                 "question_indices": keep if banked_only else None, "seed": seed,
                 "supervised": supervised, "extract": extract, "orientation": orientation,
                 "final_losses": result.final_losses, "gold_labels_used": gold_used,
+                "chat_template": apply_chat_template,
                 **({"select": f"dev:{n_dev}", "dev_question_ids": dev_ids} if n_dev else {})}
     out = Path(out)
     save_checkpoint(out, result.verifier, metadata)

@@ -18,6 +18,7 @@ from ..core import loading
 from ..core.config import LoverConfig
 from ..core.pipeline import Pipeline, log
 from ..core.results import LoverResult
+from .chat import warn_on_prompt_format
 from .filter import check_filters_before_decoding
 from .model_args import check_before_loading, loader_error
 
@@ -90,6 +91,7 @@ class LoverLM(HFLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
         fitting = self.pipeline.config.selection.fit_at_test_time
         check_filters_before_decoding(self.pipeline.extract if fitting else None)  # before hours of decoding
+        warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, self.pipeline.verifier_meta)
         groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
         for index, request in enumerate(requests):
             groups[repr(sorted(request.args[1].items()))].append(index)
