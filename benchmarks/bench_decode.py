@@ -138,9 +138,9 @@ def loadavg():
 
 def task_requests(name: str, include_path: Path, limit: int):
     """(contexts, gen_kwargs, targets) of the first `limit` docs, exactly as lm-eval builds them."""
-    from lm_eval.tasks import TaskManager, get_task_dict
+    from lm_eval.tasks import TaskManager
 
-    task = get_task_dict([name], TaskManager(include_path=str(include_path)))[name]
+    task = TaskManager(include_path=str(include_path)).load([name])["tasks"][name]
     task.build_all_requests(limit=limit, rank=0, world_size=1)
     seen, contexts, gens, docs = set(), [], [], []
     for inst in sorted(task.instances, key=lambda i: i.doc_id):

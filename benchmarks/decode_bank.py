@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from lm_eval.tasks import TaskManager, get_task_dict
+from lm_eval.tasks import TaskManager
 from lm_eval.utils import simple_parse_args_string
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def main() -> int:
     from lover_lmeval.harness.model import LoverLM
 
     start, end = (int(x) for x in args.docs.split(":"))
-    task = get_task_dict([args.task], TaskManager(include_path=args.include_path))[args.task]
+    task = TaskManager(include_path=args.include_path).load([args.task])["tasks"][args.task]
     docs = list(task.dataset[args.split])[start:end]
     lm = LoverLM(**{**simple_parse_args_string(args.model_args), "verifier": None, "bank": args.bank})
     contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)

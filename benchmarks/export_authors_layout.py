@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from lm_eval.tasks import TaskManager, get_task_dict
+from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.answers import get_extractor
 from lover_lmeval.harness.model import LoverLM
@@ -47,7 +47,7 @@ def main() -> int:
     gguf = subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True, capture_output=True,
                           text=True).stdout.strip().splitlines()[-1]
     layers = [int(x) for x in args.layers.split(",")]
-    task = get_task_dict([TASK], TaskManager(include_path=str(REPO / "task_configs")))[TASK]
+    task = TaskManager().load([TASK])["tasks"][TASK]
     extract = get_extractor("number")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

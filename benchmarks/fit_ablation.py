@@ -83,7 +83,7 @@ def main():
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
     import numpy as np
-    from lm_eval.tasks import TaskManager, get_task_dict
+    from lm_eval.tasks import TaskManager
 
     from lover_lmeval.core.answers import get_extractor
     from lover_lmeval.core.stats import paired_bootstrap
@@ -99,7 +99,7 @@ def main():
     lm = LoverLM(gguf_file=str(gguf), bank=args.bank, bank_only=True, verifier=None,
                  layer=layers[0] if layers else None, extra_layers=";".join(map(str, layers[1:])))
     layers = layers or [lm.pipeline.layer]
-    task = get_task_dict([args.task], TaskManager(include_path=str(REPO / "task_configs")))[args.task]
+    task = TaskManager().load([args.task])["tasks"][args.task]
     extract_name = task_extractor(task)
     extract = get_extractor(extract_name)
     docs = list(task.dataset[args.split])[: args.limit]

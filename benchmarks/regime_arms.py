@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from lm_eval.tasks import TaskManager, get_task_dict
+from lm_eval.tasks import TaskManager
 
 from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
 from lover_lmeval.core.answers import get_extractor
@@ -108,7 +108,7 @@ def main() -> int:
     layers = [int(x) for x in args.layers.split(",")]
     lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(banks / f"{TASK}-test.jsonl.gz"), bank_only=True,
                  verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])), batch_size=5)
-    task = get_task_dict([TASK], TaskManager(include_path=str(REPO / "task_configs")))[TASK]
+    task = TaskManager().load([TASK])["tasks"][TASK]
     gen_kwargs = dict(task.config.generation_kwargs)
 
     def load(split: str, span: str, pipeline: Pipeline):

@@ -47,19 +47,10 @@ def _task_manager():
 @pytest.fixture(scope="module")
 def loaded():
     """(leaf task name -> Task, group name -> child names) for every lover task, built once."""
-    from lm_eval.tasks import get_task_dict
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOVER_DATA_DIR", str(DATA))
-        task_dict = get_task_dict(["lover_gsm8k", "lover_hotpotqa_yesno", *GROUPS], _task_manager())
-    leaves, groups = {}, {}
-    for key, value in task_dict.items():
-        if isinstance(value, dict):  # a group: ConfigurableGroup -> {child name: Task}
-            groups[key.group_name] = list(value)
-            leaves.update(value)
-        else:
-            leaves[key] = value
-    return leaves, groups
+        loaded = _task_manager().load(["lover_gsm8k", "lover_hotpotqa_yesno", *GROUPS])
+    return loaded["tasks"], {name: list(children) for name, children in loaded["group_map"].items()}
 
 
 def _extractors(task) -> set[str]:
@@ -183,11 +174,9 @@ def test_unlabeled_hotpotqa_train_and_mmlu_pro_split(loaded):
                                   "lover_bbh_navigate"])
 @pytest.mark.parametrize("folder", ["empty", "missing"])
 def test_data_dir_without_files_names_the_variable(tmp_path, monkeypatch, name, folder):
-    from lm_eval.tasks import get_task_dict
-
     monkeypatch.setenv("LOVER_DATA_DIR", str(tmp_path if folder == "empty" else tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match="LOVER_DATA_DIR"):
-        get_task_dict([name], _task_manager())
+        _task_manager().load([name])
 
 
 def test_loader_arguments_are_checked(monkeypatch):

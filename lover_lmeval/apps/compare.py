@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from lm_eval import simple_evaluate
-from lm_eval.tasks import TaskManager, get_task_dict
+from lm_eval.tasks import TaskManager
 from lm_eval.utils import simple_parse_args_string
 
 from ..core.answers import get_extractor, n_answer_groups
@@ -148,7 +148,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     lover_sum = "lover_sum" + tags.get("lover", "")
     curves, layer_curves, per_question, branches = {}, {}, [], []
     for task in tasks:
-        extract_name = task_extractor(get_task_dict([task], manager)[task])
+        extract_name = task_extractor(manager.load([task])["tasks"][task])
         extract = get_extractor(extract_name)
         pipeline.extract = extract_name  # the test-time fit groups answers as this task's filters do (one model, many tasks)
         evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from lm_eval.tasks import TaskManager, get_task_dict
+from lm_eval.tasks import TaskManager
 from lm_eval.utils import simple_parse_args_string
 
 from ..core.answers import n_answer_groups
@@ -72,7 +72,7 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     labelled dev questions (dev_select.py); with `supervised` the probe is trained on their labels alone
     (supervised[devK]). The metadata's `gold_labels_used` counts every gold label the checkpoint saw."""
     n_dev = parse_select(select)
-    task = get_task_dict([task_name], TaskManager(include_path=include_path))[task_name]
+    task = TaskManager(include_path=include_path).load([task_name])["tasks"][task_name]
     extract = task_extractor(task)
     if split not in task.dataset:
         raise ValueError(f"--split {split!r} not in task {task_name!r}; it has {sorted(task.dataset)}")

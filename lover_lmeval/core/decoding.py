@@ -11,6 +11,7 @@ L layers, H kv heads, S sequence length, E head dim.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -74,6 +75,19 @@ class BranchCache:
     @property
     def length(self) -> int:
         return self.keys[0].shape[1]
+
+
+def with_cache(model, cache) -> dict:
+    """The forward kwarg carrying a KV cache: transformers 5.x renamed `past_key_values` to `cache` (the old name
+    warns and is removed in 5.40); older releases know only `past_key_values`."""
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {name: cache}
+
+
+def cache_of(output):
+    """The KV cache an output carries, under the name of either transformers generation (see `with_cache`)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
 
 
 def top1_top2_margin(probs: torch.Tensor) -> torch.Tensor:
@@ -148,7 +162,7 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     # Only the last position's logits are needed: the LM head over every prompt token would cost P times more.
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache = cache_of(out)
     probs = out.logits[:, -1].float().softmax(-1)  # (Q, V)
     generator = torch.Generator(device=device).manual_seed(config.seed)
     if config.mode == "cot":
@@ -194,7 +208,8 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
         rows = torch.tensor(active, device=device)
         mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)  # (A, P + t)
         position = (row_lengths[rows] + len(ids[active[0]]) - 1).unsqueeze(1)  # (A, 1)
-        out = model(input_ids=tokens, attention_mask=mask, position_ids=position, past_key_values=cache, use_cache=True)
+        out = model(input_ids=tokens, attention_mask=mask, position_ids=position, use_cache=True,
+                    **with_cache(model, cache))
         probs = out.logits[:, -1].float().softmax(-1)  # (A, V)
         if config.mode == "cot":
             tokens = probs.argmax(-1, keepdim=True)  # (A, 1)
@@ -238,7 +253,7 @@ def _forward_until(model, upto_layer: int, **inputs):
         for handle in handles:
             handle.remove()
     return SimpleNamespace(hidden_states=[captured[i] for i in range(upto_layer + 1)],
-                           past_key_values=inputs["past_key_values"], logits=None)
+                           cache=inputs.get("cache", inputs.get("past_key_values")), logits=None)
 
 
 def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[int]], upto_layer: int | None = None):
@@ -271,8 +286,8 @@ def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[i
         mask[i, longest: longest + len(t)] = 1
         input_ids[i, : len(t)] = torch.tensor(t, device=device)
         positions[i] = c.length + torch.arange(new_width, device=device)
-    inputs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                  use_cache=True)
+    inputs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                  **with_cache(model, cache))
     if upto_layer is not None and upto_layer < model.config.num_hidden_layers:
         out = _forward_until(model, upto_layer, **inputs)
     else:
@@ -307,7 +322,7 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
                                    num_return_sequences=n, do_sample=False, max_new_tokens=max_new_tokens,
                                    stopping_criteria=criteria, pad_token_id=pad_id)[:, len(prompt):]  # (N, T)
         prefill = model(input_ids=input_ids, use_cache=True)
-        base = snapshot(prefill.past_key_values, 0, len(prompt))
+        base = snapshot(cache_of(prefill), 0, len(prompt))
         first_probs = prefill.logits[0, -1].float().softmax(-1)  # (V,)
         row_ids = [_strip_padding(seq, eos_ids, pad_id) for seq in generated.tolist()]
         out, _ = extend_with_tokens(model, [base] * n, row_ids)
@@ -317,7 +332,7 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
             margins = [float(top1_top2_margin(first_probs))] + step_margins[k, : len(ids) - 1].tolist()
             reason = _finish_reason(tokenizer, ids, stop, eos_ids, budget=len(ids))
             q_branches.append(make_branch(tokenizer, ids, margins, stop, reason))
-            q_caches.append(snapshot(out.past_key_values, k, len(prompt), end=base.length + len(ids)))
+            q_caches.append(snapshot(cache_of(out), k, len(prompt), end=base.length + len(ids)))
         branches.append(q_branches)
         caches.append(q_caches)
         if on_question is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import Branch, BranchCache, extend_with_tokens, snapshot
+from .decoding import Branch, BranchCache, cache_of, extend_with_tokens, snapshot
 
 TRUE_TEMPLATE = " This is a true answer."
 FALSE_TEMPLATE = " This is a false answer."
@@ -99,12 +99,12 @@ def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], t
     branches' tokens on top of it, then the templates. Same values as `assertion_features`."""
 
     prefill = model(input_ids=torch.tensor([prompt_ids], device=model.device), use_cache=True, logits_to_keep=1)
-    base = snapshot(prefill.past_key_values, 0, len(prompt_ids))
+    base = snapshot(cache_of(prefill), 0, len(prompt_ids))
     if not any(b.token_ids for b in branches):
         return assertion_features(model, branches, [base] * len(branches), template_ids, layer)
     upto = max([layer] if isinstance(layer, int) else layer)
     out, _ = extend_with_tokens(model, [base] * len(branches), [b.token_ids for b in branches], upto_layer=upto)
     # Blocks beyond the deepest feature layer were never run: their caches are not needed.
-    caches = [snapshot(out.past_key_values, k, len(prompt_ids), end=base.length + len(b.token_ids), n_blocks=upto)
+    caches = [snapshot(cache_of(out), k, len(prompt_ids), end=base.length + len(b.token_ids), n_blocks=upto)
               for k, b in enumerate(branches)]
     return assertion_features(model, branches, caches, template_ids, layer)
