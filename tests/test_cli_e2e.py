@@ -32,8 +32,13 @@ def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2
           "--gen_kwargs", "max_gen_toks=24", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples",
           "--output_path", str(out)], tmp_path)  # no --include_path: the packaged tasks resolve by themselves
     (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
-    metrics = json.load(open(results_file))["results"]["lover_gsm8k"]
+    results = json.load(open(results_file))
+    metrics = results["results"]["lover_gsm8k"]
     assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == STRATEGIES
+    provenance = results["config"]["lover"]  # what made the scores, in the results file itself
+    fit = provenance["test_time_fits"]["lover_gsm8k"]
+    assert provenance["plugin_version"] and provenance["world_size"] == 1 and fit["questions"] == 2
+    assert len(fit["verifier_tensors_sha256"]) == 64 and fit["fit_config"]["regime"] == "ours"
     samples = _samples(out)
     assert len(samples) == 2 * len(STRATEGIES)
     for sample in samples:
@@ -41,6 +46,7 @@ def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2
         assert len(logged["texts"]) == 3 and len(logged["finish"]) == 3
         assert logged["features"] == [3, 2, 576]  # SmolLM2-135M: hidden size 576
         assert len(logged["scores"]["lover"]) == 3  # default verifier=fit scored every branch
+        assert logged["scored_by"]["lover"].endswith(fit["verifier_tensors_sha256"])
         assert isinstance(sample["filtered_resps"][0][0], str)
 
 

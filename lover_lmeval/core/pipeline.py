@@ -20,9 +20,10 @@ from dataclasses import asdict
 
 import torch
 
+from .. import __version__
 from .answers import get_extractor
 from .bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBank, record_key
-from .checkpoints import gold_labels_used, label_tag, load_checkpoint
+from .checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
 from .config import LoverConfig
 from .decoding import decode_branches
 from .features import assertion_features, features_from_tokens
@@ -52,7 +53,8 @@ class Pipeline:
         if self.bank is not None and bank.feature_cache is not None:
             where = cache_dir() / "features" if bank.feature_cache == DEFAULT_FEATURE_CACHE else bank.feature_cache
             self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
-        self.verifiers, self.verifier_meta = {}, {}
+        self.verifiers, self.verifier_meta, self.verifier_ids = {}, {}, {}
+        self.fits: dict[str, dict] = {}  # task -> what its test-time fit saw and made (provenance in the results)
         for name, path in self.config.selection.checkpoints().items():
             try:
                 self.verifiers[name], meta = load_checkpoint(path, expect=self.identity)
@@ -60,6 +62,8 @@ class Pipeline:
                 arg = "verifier" if name == "lover" else "supervised_verifier"
                 raise ValueError(f"{arg}={path}: {error}") from None
             self.verifier_meta[name] = meta
+            digest = meta.get("tensors_sha256") or tensors_sha256(self.verifiers[name].state_dict())
+            self.verifier_ids[name] = f"checkpoint {path} tensors_sha256:{digest}"
             if label_tag(meta):  # the YAML names the metric rows; say here that these are not label-free
                 log.warning("verifier %s was made with %d gold labels %s: the rows it scores (lover_*, or "
                             "supervised_*) are not label-free", path, gold_labels_used(meta), label_tag(meta))
@@ -134,7 +138,8 @@ class Pipeline:
             with torch.no_grad():  # scoring only: a loaded verifier's parameters require grad
                 probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
             more = {layer: features[i][:, :, k].numpy() for k, layer in enumerate(self.layers) if k}
-            results.append(LoverResult(q_branches, at_layer.numpy(), probs, self.layer, prompts[i], more))
+            results.append(LoverResult(q_branches, at_layer.numpy(), probs, self.layer, prompts[i], more,
+                                       scored_by={name: self.verifier_ids[name] for name in probs}))
         return results
 
     def run(self, prompts: list[list[int]], until: list[str], max_gen_toks: int, batch_size: int = 1,
@@ -183,9 +188,20 @@ class Pipeline:
         """Test-time fit: label-free on these results' own branches; stores the `lover` scores and warns when the
         fit is degenerate. Returns the verifier."""
         verifier = fit_on_results(results, extract=self.extract, config=self.config.fit)
+        digest = tensors_sha256(verifier.state_dict())
+        self.fits[task or "this run"] = {"questions": len(results), "extract": self.extract,
+                                         "fit_config": asdict(self.config.fit), "verifier_tensors_sha256": digest}
+        for result in results:
+            result.scored_by["lover"] = f"test-time fit on {len(results)} questions of {task or 'this run'} " \
+                                        f"tensors_sha256:{digest}"
         warn_if_one_sided(results, task)
         warn_if_constant_answer(results, task, self.extract)
         return verifier
+
+    def provenance(self) -> dict:
+        """What made this run's scores, for the results file: plugin version, each task's fit, each checkpoint."""
+        return {"plugin_version": __version__, "test_time_fits": self.fits, "checkpoints": self.verifier_ids,
+                "layer": self.layer, "decoding": asdict(self.config.decoding), "dtype": str(self.model.dtype)}
 
     def select(self, results: list[LoverResult], strategy: str, verifier: str = "lover") -> list[str]:
         """One answer per question by a selection strategy (selection.STRATEGIES; oracles need gold, not here)."""

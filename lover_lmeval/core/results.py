@@ -32,9 +32,10 @@ class LoverResult(str):
     prompt_ids: list[int] | None  # the prompt's token ids, so features can be recomputed at any layer later
     layer_features: dict[int, np.ndarray]  # more layers' (N, 2, D) features (lover_hf extra_layers=)
     fit_extract: str | None  # extractor that grouped the answers of the test-time fit ("lover" scores)
+    scored_by: dict[str, str]  # verifier name -> which verifier made its scores (fit or checkpoint, with a hash)
 
     def __new__(cls, branches: list[Branch], features=None, verifier_probs=None, layer=None, prompt_ids=None,
-                layer_features=None, fit_extract=None):
+                layer_features=None, fit_extract=None, scored_by=None):
         if not branches:
             raise ValueError("a LoverResult needs at least one branch")
         self = super().__new__(cls, branches[0].text)
@@ -47,6 +48,7 @@ class LoverResult(str):
         self.prompt_ids = None if prompt_ids is None else list(prompt_ids)
         self.layer_features = {int(k): np.asarray(v, dtype=np.float32) for k, v in (layer_features or {}).items()}
         self.fit_extract = fit_extract
+        self.scored_by = dict(scored_by or {})
         return self
 
     @property
@@ -71,6 +73,7 @@ class LoverResult(str):
             "finish": [b.finish_reason for b in self.branches],
             "features": None if self.features is None else list(self.features.shape),
             "scores": {name: [round(float(s), 4) for s in self.scores(name)] for name in self.verifier_probs},
+            **({"scored_by": self.scored_by} if self.scored_by else {}),
         }
 
     def __str__(self) -> str:
@@ -82,5 +85,5 @@ class LoverResult(str):
     def __reduce__(self):
         state = {"branches": self.branches, "features": self.features,
                  "verifier_probs": self.verifier_probs, "layer": self.layer, "prompt_ids": self.prompt_ids,
-                 "layer_features": self.layer_features, "fit_extract": self.fit_extract}
+                 "layer_features": self.layer_features, "fit_extract": self.fit_extract, "scored_by": self.scored_by}
         return _rebuild, (state,)

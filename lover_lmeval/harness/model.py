@@ -116,6 +116,10 @@ class LoverLM(HFLM):
             self.pipeline.finish_task(task_results, task)
         return results
 
+    def get_model_info(self) -> dict:
+        """HFLM's model info plus the LoVer provenance (lm-eval writes it into the results file's config)."""
+        return {**super().get_model_info(), "lover": {**self.pipeline.provenance(), "world_size": self.world_size}}
+
     @torch.no_grad()
     def greedy_reference(self, context: str, max_gen_toks: int) -> list[int]:
         """Plain `generate` greedy continuation (used by tests and benchmarks as the baseline)."""
