@@ -45,7 +45,7 @@ def test_each_strategy_picks_the_hand_worked_group(strategy, scores, expected):
     assert out == [expected] and type(out[0]) is str
 
 
-def test_ties_go_to_the_group_with_the_lowest_branch_index():
+def test_exact_ties_between_equal_groups_go_to_the_lowest_branch_index():
     tied = [("it is 5", 0.5), ("it is 6", 0.5), ("it is 6", 0.5), ("it is 5", 0.5)]
     for strategy in ("majority", "cot_sum", "cot_max"):
         (out,) = LoverSelect(strategy=strategy, extract="number").apply([[_result(tied)]], [{}])
@@ -98,3 +98,18 @@ def test_scores_fit_with_another_extractor_are_refused_with_the_fix():
         LoverSelect(strategy="lover_sum", extract="yes_no").apply([[result]], [{}])
     # strategies that do not read the test-time fit's scores are unaffected
     assert LoverSelect(strategy="majority", extract="yes_no").apply([[result]], [{}]) == [[""]]
+
+
+def test_scores_within_the_tolerance_tie_and_the_larger_group_wins():
+    """Branch answers 5, 6, 6 with LoVer scores 0.5004, 0.5000, 0.4999 (a verifier sitting at 0.5, scores differing by
+    float noise): lover_max sees 5 -> 0.5004 and 6 -> 0.5000, within TIE_TOLERANCE = 1e-3: a tie, and the larger
+    group (6, two branches) wins instead of the noise. 0.502 vs 0.500 is a real difference (2e-3 > 1e-3): 5 wins.
+    Equal-size tied groups go to the lowest branch index (5, branch 0)."""
+    texts = [("it is 5", 0.5), ("it is 6", 0.5), ("it is 6", 0.5)]
+    pick = lambda strategy, scores: LoverSelect(strategy=strategy, extract="number").apply(  # noqa: E731
+        [[_result(texts, scores)]], [{}])[0][0]
+    assert pick("lover_max", [0.5004, 0.5000, 0.4999]) == "6"
+    assert pick("lover_max", [0.502, 0.500, 0.499]) == "5"
+    assert pick("lover_max", [0.5, 0.5, 0.1]) == "6"
+    two = [("it is 5", 0.5), ("it is 6", 0.5)]
+    assert LoverSelect(strategy="lover_max", extract="number").apply([[_result(two, [0.5, 0.5005])]], [{}]) == [["5"]]

@@ -12,9 +12,10 @@ answer is returned. Strategies (score of a branch -> score of a group):
 - pass_at_n: an *oracle*, not a selector: it reads the gold answer and returns it if any branch has it. It is
   an upper bound for every selector.
 
-Only groups with an answer compete; with none, the output is "" (counted wrong). Ties go to the group holding
-the lowest branch index, so the greedy answer wins a tie (deterministic). A strategy is one decorated function
-(`@register_strategy`).
+Only groups with an answer compete; with none, the output is "" (counted wrong). Group scores within
+`TIE_TOLERANCE` (1e-3) of the best tie, and a tie goes to the larger group, then to the group holding the lowest
+branch index (the greedy answer): the same pick in `lm_eval`, `lover compare` and the core pipeline, whatever float
+noise separates their scores. A strategy is one decorated function (`@register_strategy`).
 """
 
 from __future__ import annotations
@@ -102,12 +103,21 @@ def register_strategy(name: str, oracle: bool = False) -> Callable[[Strategy], S
     return add
 
 
+#: Group scores closer than this to the best are a tie. Far above the float noise between code paths (features from a
+#: KV cache vs recomputed from tokens, another batch size or rank: scores agree to ~5e-5 there), far below any
+#: difference a verifier means; without it a verifier whose scores sit at 0.5 picks by rounding noise.
+TIE_TOLERANCE = 1e-3
+
+
 def pick_group(members: dict[str, list[int]], branch_scores: np.ndarray, reduce: Callable) -> str:
-    """Answer of the group with the highest reduced score; ties -> the group with the lowest branch index."""
+    """Answer of the group with the highest reduced score. Groups within `TIE_TOLERANCE` of the best tie; a tie goes
+    to the larger group, then to the group holding the lowest branch index (with CoT-decoding, the greedy answer)."""
     if not members:
         return ""
-    best = max(members.items(), key=lambda item: (reduce(branch_scores[item[1]]), -item[1][0]))
-    return best[0]
+    scores = {answer: float(reduce(branch_scores[branches])) for answer, branches in members.items()}
+    best = max(scores.values())
+    tied = [answer for answer in members if scores[answer] >= best - TIE_TOLERANCE]
+    return min(tied, key=lambda answer: (-len(members[answer]), members[answer][0]))
 
 
 @register_strategy("greedy")
