@@ -50,16 +50,50 @@ def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2
         assert isinstance(sample["filtered_resps"][0][0], str)
 
 
-def test_two_cpu_ranks_each_decode_their_share(tmp_path, tiny_model_dir):
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
-    out = tmp_path / "out"
-    done = _run([torchrun, "--nproc_per_node", "2", "-m", "lm_eval", "--model", "lover_hf", "--model_args",
-                 f"pretrained={tiny_model_dir},n_branches=2", "--gen_kwargs", "max_gen_toks=4", "--tasks",
-                 "lover_gsm8k", "--include_path", str(REPO / "task_configs"), "--limit", "4", "--log_samples",
-                 "--output_path", str(out)], tmp_path, ACCELERATE_USE_CPU="1")
+BANK = REPO / "benchmarks" / "banks" / "smollm2-135m-instruct" / "lover_gsm8k-test.jsonl.gz"
+
+
+def _bank_run(tmp_path: Path, name: str, ranks: int, limit: int = 7) -> tuple[dict, dict]:
+    """lm_eval over the committed SmolLM2 bank (embedded model, N = 10, chat template, never decoding) on `ranks`
+    CPU processes; returns (metrics, {(filter, doc_id): pick}) and checks that every rank decoded its share."""
+    out = tmp_path / name
+    launcher = [shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun",
+                "--nproc_per_node", str(ranks), "-m"] if ranks > 1 else [sys.executable, "-m"]
+    done = _run([*launcher, "lm_eval", "--model", "lover_hf", "--model_args",
+                 f"bank={BANK},bank_only=true,feature_cache=none", "--apply_chat_template", "--tasks", "lover_gsm8k",
+                 "--limit", str(limit), "--log_samples", "--output_path", str(out)], tmp_path, ACCELERATE_USE_CPU="1")
     log = done.stdout + done.stderr
-    assert "lover_hf rank 0/2: 2 questions" in log and "lover_hf rank 1/2: 2 questions" in log
-    assert sorted(s["doc_id"] for s in _samples(out) if s["filter"] == "greedy") == [0, 1, 2, 3]
+    shares = [limit // ranks + (rank < limit % ranks) for rank in range(ranks)]
+    assert all(f"lover_hf rank {r}/{ranks}: " in log for r in range(ranks)), log[-3000:]
+    (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
+    results = json.load(open(results_file))
+    assert results["config"]["lover"]["world_size"] == ranks
+    assert results["config"]["lover"]["test_time_fits"]["lover_gsm8k"]["questions"] == limit == sum(shares)
+    # lm-eval appends a padding copy's response to its question's sample (its own behaviour, for every model; the
+    # metric reads the first): compare the first.
+    picks = {(s["filter"], s["doc_id"]): (s["filtered_resps"][0][0], s["exact_match"]) for s in _samples(out)}
+    return results["results"]["lover_gsm8k"], picks
+
+
+def test_one_and_two_cpu_ranks_give_identical_picks_and_metrics(tmp_path):
+    """7 questions on 2 ranks (an uneven split: lm-eval pads rank 1 with a copy of its last request): one fit over
+    all 7 questions, so every strategy row picks the same answer on every question as one process does; `lover
+    compare` on the same bank scores every question of every row as lm_eval does."""
+    one_metrics, one_picks = _bank_run(tmp_path, "one", 1)
+    two_metrics, two_picks = _bank_run(tmp_path, "two", 2)
+    assert len(one_picks) == 7 * len(STRATEGIES) and one_picks == two_picks
+    values = lambda metrics: {k: v for k, v in metrics.items() if k.startswith("exact_match,")}  # noqa: E731
+    assert values(one_metrics) == values(two_metrics)
+    for key, value in one_metrics.items():  # lm-eval sums the stderr in another order across ranks: last-bit noise
+        if key.startswith("exact_match_stderr,"):
+            assert abs(value - two_metrics[key]) < 1e-12, key
+    lover = str(Path(sys.executable).parent / "lover")
+    _run([lover, "compare", "--model_args", f"bank={BANK},bank_only=true,feature_cache=none", "--apply_chat_template",
+          "--tasks", "lover_gsm8k", "--limit", "7", "--n_boot", "10", "--cv_folds", "0", "--out",
+          str(tmp_path / "compare")], tmp_path)
+    rows = [json.loads(line) for line in open(tmp_path / "compare" / "per_question.jsonl")]
+    assert len(rows) == 7
+    assert all(row[strategy] == one_picks[(strategy, row["doc_id"])][1] for row in rows for strategy in STRATEGIES)
 
 
 def test_lm_eval_scores_with_a_checkpoint_trained_by_lover_train(tmp_path, tiny_model_dir):

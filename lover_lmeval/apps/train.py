@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +172,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each process would fit its own checkpoint on the same questions
+        raise SystemExit(f"lover train runs in one process (WORLD_SIZE={os.environ['WORLD_SIZE']}): start it with "
+                         "`lover train ...`, not torchrun / accelerate launch; decoding a large split on several "
+                         "GPUs first is `lm_eval --model lover_hf ... bank=PATH` under torchrun, then `lover train "
+                         "--bank PATH`.")
     logging.basicConfig(level=logging.INFO)
     metadata = train(args.model_args, args.task, args.split, args.limit, args.out, args.include_path,
                      args.supervised, args.losses, args.seed, args.bank, args.apply_chat_template, args.gen_kwargs,

@@ -21,6 +21,7 @@ from ..core.results import LoverResult
 from .chat import warn_on_prompt_format
 from .filter import check_filters_before_decoding
 from .model_args import check_before_loading, loader_error
+from .ranks import fit_every_task
 
 
 class LoverLM(HFLM):
@@ -109,11 +110,7 @@ class LoverLM(HFLM):
 
             self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
         bar.close()
-        by_task = defaultdict(list)
-        for request, result in zip(requests, results):
-            by_task[getattr(request, "task_name", None)].append(result)
-        for task, task_results in by_task.items():
-            self.pipeline.finish_task(task_results, task)
+        fit_every_task(self.pipeline, requests, results, self.world_size)  # one fit per task, across ranks
         return results
 
     def get_model_info(self) -> dict:
