@@ -105,13 +105,20 @@ class LoverLM(HFLM):
             def done(chunk, chunk_results, indices=indices):
                 for k, result in zip(chunk, chunk_results):
                     results[indices[k]] = result
-                    self.cache_hook.add_partial("generate_until", requests[indices[k]].args, result)
                 bar.update(len(chunk))
 
             self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
         bar.close()
         fit_every_task(self.pipeline, requests, results, self.world_size)  # one fit per task, across ranks
         return results
+
+    def set_cache_hook(self, cache_hook) -> None:
+        """lm-eval's `--use_cache` keys each request alone, but a LoVer answer depends on the task's whole fit."""
+        if getattr(cache_hook, "dbdict", None) is not None:
+            raise ValueError("--use_cache cannot hold lover_hf's results: each answer comes from a fit over all of a "
+                             "task's questions, so a cached question would keep an earlier run's fit (and model_args). "
+                             "Drop --use_cache; bank=PATH keeps the decoded branches, and a re-run from it takes seconds.")
+        super().set_cache_hook(cache_hook)
 
     def get_model_info(self) -> dict:
         """HFLM's model info plus the LoVer provenance (lm-eval writes it into the results file's config)."""
