@@ -77,6 +77,14 @@ class BranchCache:
         return self.keys[0].shape[1]
 
 
+def input_device(model) -> torch.device:
+    """Where input ids go: the device of the token embeddings. With `parallelize=True` (one model split over several
+    GPUs by `device_map`) `model.device` is merely the first parameter's device; the embeddings' is the one that
+    must receive the inputs."""
+    embeddings = model.get_input_embeddings()
+    return embeddings.weight.device if embeddings is not None else model.device
+
+
 def with_cache(model, cache) -> dict:
     """The forward kwarg carrying a KV cache: transformers 5.x renamed `past_key_values` to `cache` (the old name
     warns and is removed in 5.40); older releases know only `past_key_values`."""
@@ -150,7 +158,7 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
     so a kill loses only the questions still decoding, not the whole batch)."""
     if config.mode == "beam":
         return _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id, on_question)
-    device = model.device
+    device = input_device(model)
     n, q_count = config.n_branches, len(prompts)
     lengths = torch.tensor([len(p) for p in prompts], device=device)
     width = int(lengths.max())
@@ -266,7 +274,7 @@ def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[i
     later blocks, no logits): features need one middle layer, and the rest of the model is most of
     the cost. The caches then only need (and only get) the first `upto_layer` blocks.
     """
-    device = model.device
+    device = input_device(model)
     rows, longest = len(cache_rows), max(c.length for c in cache_rows)
     new_width = max(len(t) for t in tokens)
     cache = DynamicCache(config=model.config)
@@ -312,7 +320,7 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
     Beam search reorders its cache internally, so each beam's cache is rebuilt by running its tokens
     on top of the prompt's prefill (the question is still encoded once per prompt, not per beam).
     """
-    device, n = model.device, config.n_branches
+    device, n = input_device(model), config.n_branches
     stop_strings = [s for s in stop if s]
     branches, caches = [], []
     for prompt in prompts:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import Branch, BranchCache, cache_of, extend_with_tokens, snapshot
+from .decoding import Branch, BranchCache, cache_of, extend_with_tokens, input_device, snapshot
 
 TRUE_TEMPLATE = " This is a true answer."
 FALSE_TEMPLATE = " This is a false answer."
@@ -98,7 +98,8 @@ def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], t
     """Features of banked branches (no KV cache at hand): one prefill of the prompt, one pass over all
     branches' tokens on top of it, then the templates. Same values as `assertion_features`."""
 
-    prefill = model(input_ids=torch.tensor([prompt_ids], device=model.device), use_cache=True, logits_to_keep=1)
+    prefill = model(input_ids=torch.tensor([prompt_ids], device=input_device(model)), use_cache=True,
+                    logits_to_keep=1)
     base = snapshot(cache_of(prefill), 0, len(prompt_ids))
     if not any(b.token_ids for b in branches):
         return assertion_features(model, branches, [base] * len(branches), template_ids, layer)
