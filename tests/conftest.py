@@ -30,7 +30,10 @@ def smollm2_dir() -> Path:
 def tokenizer(smollm2_dir):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(smollm2_dir)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    if tokenizer.pad_token is None:  # older transformers read no pad token from the GGUF; lover_hf pads with EOS too
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 @pytest.fixture(scope="session")

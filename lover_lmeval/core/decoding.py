@@ -240,7 +240,7 @@ def _forward_until(model, upto_layer: int, **inputs):
     Returns an object with `hidden_states[i]` for i <= upto_layer (0 = embeddings; i = output of block
     i-1, as HF's own hidden_states below the final norm) and the cache, updated up to that block.
     """
-    decoder = model.get_decoder()
+    decoder = model.get_decoder() or model.base_model  # transformers < 5 returns None for some models
     captured = {}
 
     def keep(index):

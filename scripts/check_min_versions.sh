@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The declared lower bounds, tested (issue Wheel): a fresh venv with every dependency at its minimum
+# (ci/min-versions.txt), this package on top, and the suite's core subset (decoding, features, pipeline, bank, the
+# lm-eval adapter, bad input). Called by .ci/run after the full suite, which runs on the newest releases.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/lover-min.XXXX")"
+trap 'rm -rf "$work"' EXIT
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install -q torch==2.13.0
+"$work/venv/bin/pip" install -q -c "$repo/ci/min-versions.txt" -e "$repo[test]"
+"$work/venv/bin/pip" check
+"$work/venv/bin/pip" list 2>/dev/null | grep -i -E "^(torch|lm.eval|transformers|accelerate|datasets|safetensors|numpy|gguf|tqdm) "
+cd "$repo"
+# Its own cache: a model folder converted by a newer transformers is not readable by an older one.
+LOVER_CACHE_DIR="$work/cache" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_decoding.py \
+  tests/test_features.py tests/test_pipeline.py tests/test_bank.py tests/test_model.py tests/test_bad_input.py
