@@ -7,9 +7,9 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/lover-wheel.XXXX")"
 trap 'rm -rf "$work"' EXIT
-python3 -m pip wheel -q --no-deps -w "$work/dist" "$repo"
+"$repo/.venv/bin/python" -m pip wheel -q --no-deps -w "$work/dist" "$repo"  # setup.sh made .venv
 wheel="$(ls "$work"/dist/lover_lmeval-*.whl)"
-python3 -m zipfile -l "$wheel" > "$work/contents.txt"
+"$repo/.venv/bin/python" -m zipfile -l "$wheel" > "$work/contents.txt"
 grep -q "lover_lmeval/task_configs/lover_gsm8k.yaml" "$work/contents.txt" \
   || { echo "check_wheel: the wheel carries no task YAMLs" >&2; exit 1; }
 python3 -m venv "$work/venv"

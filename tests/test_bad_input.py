@@ -175,3 +175,16 @@ def test_a_bad_filter_is_named_before_any_decoding(strategy, extract, needles, t
         simple_evaluate(model=lm, tasks=["my_task"], limit=1, task_manager=TaskManager(include_path=str(folder)))
     for needle in needles:
         assert needle in str(error.value), str(error.value)
+
+
+def test_lover_rows_without_any_verifier_are_refused_before_decoding(tiny_model_dir, monkeypatch):
+    """verifier=None on a task with lover_* rows would fail only after the whole decode (no scores to read)."""
+    from lm_eval import simple_evaluate
+
+    def no_decoding(*a, **k):
+        raise AssertionError("decoding started before the missing verifier was reported")
+
+    monkeypatch.setattr("lover_lmeval.core.pipeline.decode_branches", no_decoding)
+    lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier="None")
+    with pytest.raises(ValueError, match="reads the scores of verifier 'lover'.*pass verifier=fit"):
+        simple_evaluate(model=lm, tasks=["lover_gsm8k"], limit=1)

@@ -147,3 +147,23 @@ def test_lover_bank_cli_reports_and_converts(tmp_path, capsys):
     assert main(["bank", "convert", str(gz), str(tmp_path / "bank.sqlite")]) == 0
     assert main(["bank", "info", str(tmp_path / "bank.sqlite")]) == 0
     assert "sqlite bank, 1 questions (1 distinct), 1 branches; finish reasons {'eos': 1}" in capsys.readouterr().out
+
+
+def test_a_corrupt_sqlite_record_is_replaced_when_decoded_again(tmp_path):
+    path = tmp_path / "bank.sqlite"
+    BranchBank(path).add("q0", _branches(0))
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE records SET record = ? WHERE key = 'q0'", (b"not zlib",))
+    bank = BranchBank(path)
+    assert "q0" not in bank  # so lover_hf decodes it again ...
+    bank.add("q0", _branches(0))
+    assert BranchBank(path).get("q0") == _branches(0)  # ... and the new copy replaces the corrupt one
+
+
+def test_a_gzip_data_file_is_not_taken_for_a_bank(tmp_path):
+    import gzip
+
+    data = tmp_path / "train.jsonl.gz"
+    data.write_bytes(gzip.compress(b'{"question": "1+1?", "answer": "2"}\n'))
+    with pytest.raises(ValueError, match="gzip file but not a lover-lmeval bank"):
+        BankConfig(path=str(data))

@@ -26,6 +26,8 @@ def run(args) -> int:
         count = convert(args.source, args.destination)
         print(f"copied {count} records from {args.source} to {args.destination}")
         return 0
+    if not Path(args.source).is_file():
+        raise SystemExit(f"lover bank info: {args.source} is not a file")
     records = list(open_store(args.source).records())
     finish = Counter(b["finish_reason"] for r in records for b in r["branches"])
     print(f"{args.source}: {store_kind(Path(args.source))} bank, {len(records)} questions "

@@ -20,6 +20,7 @@ import torch
 
 from .bank_store import GzipStore, SqliteStore, open_store, store_kind
 from .decoding import Branch
+from .files import atomic_path
 
 #: `feature_cache` value meaning the lover-lmeval cache dir (loading.cache_dir() / "features").
 DEFAULT_FEATURE_CACHE = "default"
@@ -144,8 +145,5 @@ class FeatureCache:
         if features.ndim != 4:
             raise ValueError(f"features must be (N, T, L, D), got shape {tuple(features.shape)}")
         for k, layer in enumerate(layers):
-            path = self._path(key, layer, template_ids)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(".partial.npy")
-            np.save(partial, features[:, :, k].numpy())
-            os.replace(partial, path)
+            with atomic_path(self._path(key, layer, template_ids)) as tmp:  # two jobs may write the same file
+                np.save(tmp, features[:, :, k].numpy())

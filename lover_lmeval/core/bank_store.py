@@ -40,6 +40,22 @@ def _is_record(record) -> bool:
     return isinstance(record, dict) and isinstance(record.get("key"), str) and isinstance(record.get("branches"), list)
 
 
+def _check_gzip_bank(path: Path) -> None:
+    """Refuse a gzip file whose first member is whole but holds no bank record (a data file named by mistake:
+    appending records to it would damage it); a torn first member (a kill mid-write) is a bank's and passes."""
+    with open(path, "rb") as handle:
+        raw = handle.read(1 << 20)
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        text = inflater.decompress(raw, 1 << 22)
+        first = json.loads(text.split(b"\n", 1)[0]) if inflater.eof else None
+    except (zlib.error, UnicodeDecodeError, json.JSONDecodeError):
+        first = None if not inflater.eof else False
+    if first is False or (first is not None and not _is_record(first)):
+        raise ValueError(f"bank={path} is a gzip file but not a lover-lmeval bank (its first member holds no record); "
+                         "pass a new file path (e.g. bank=run.sqlite) or the bank file you meant.")
+
+
 def store_kind(path: Path) -> str:
     """"sqlite" or "gzip": an existing file by its first bytes, a new one by its suffix (`.gz` -> gzip).
 
@@ -53,6 +69,7 @@ def store_kind(path: Path) -> str:
         if head.startswith(SQLITE_MAGIC):
             return "sqlite"
         if head.startswith(GZIP_MAGIC):
+            _check_gzip_bank(path)
             return "gzip"
         raise ValueError(f"bank={path} exists but is not a lover-lmeval bank (neither SQLite nor gzip records); "
                          "pass a new file path (e.g. bank=run.sqlite) or the bank file you meant.")
@@ -104,6 +121,7 @@ class GzipStore:
 
 class SqliteStore:
     SCHEMA = "CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, record BLOB NOT NULL) WITHOUT ROWID"
+    APPLICATION_ID = 0x4C4F5652  # "LOVR" in the database header: a bank, not another program's database
 
     def __init__(self, path: Path):
         self.path = path
@@ -112,12 +130,15 @@ class SqliteStore:
             # timeout: a concurrent writer holds the lock for one question's insert, milliseconds
             self.db = sqlite3.connect(path, timeout=120, isolation_level=None)
             tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables - {"records"}:  # checked before any write: never touch another program's database
+            marked = self.db.execute("PRAGMA application_id").fetchone()[0] == self.APPLICATION_ID
+            if tables and not marked:  # checked before any write: never touch another program's database
                 raise ValueError(f"bank={path} is a SQLite database of another program (tables {sorted(tables)}); "
                                  "pass a new file path for the bank.")
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
-            self.db.execute(self.SCHEMA)
+            if not tables:
+                self.db.execute(f"PRAGMA application_id={self.APPLICATION_ID}")
+                self.db.execute(self.SCHEMA)
         except sqlite3.DatabaseError as error:
             raise ValueError(f"bank={path} cannot be opened as a SQLite bank ({error}); pass a new file path or "
                              "the bank file you meant.") from None
@@ -143,7 +164,7 @@ class SqliteStore:
         return None if row is None else self._decode(key, row[0])
 
     def has(self, key: str) -> bool:
-        return self.db.execute("SELECT 1 FROM records WHERE key = ?", (key,)).fetchone() is not None
+        return self.get(key) is not None  # a corrupt row counts as absent: the question is decoded again
 
     def keys(self) -> set[str]:
         return {row[0] for row in self.db.execute("SELECT key FROM records")}
@@ -152,7 +173,12 @@ class SqliteStore:
         blob = zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 6)
         with self.db:  # one transaction per question; a concurrent copy of the same question is kept once
             self.db.execute("BEGIN IMMEDIATE")
-            self.db.execute("INSERT OR IGNORE INTO records (key, record) VALUES (?, ?)", (record["key"], blob))
+            stored = self.db.execute("SELECT record FROM records WHERE key = ?", (record["key"],)).fetchone()
+            if stored is None or self._decode(record["key"], stored[0]) is None:  # new, or replacing a corrupt row
+                self.db.execute("INSERT OR REPLACE INTO records (key, record) VALUES (?, ?)", (record["key"], blob))
+        # Move the committed transaction from the -wal file into the bank file itself, so the .sqlite file alone
+        # (copied, committed) holds every record; PASSIVE never waits for other connections.
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
         self.db.close()
@@ -166,17 +192,23 @@ def open_store(path: str | Path) -> GzipStore | SqliteStore:
 def convert(source: str | Path, destination: str | Path) -> int:
     """Copy every readable record of `source` into `destination` (a bank, or `*.jsonl`: plain JSON lines for other
     tools); returns how many. Records already in a destination bank are kept once."""
-    destination = Path(destination)
+    destination, source = Path(destination), Path(source)
+    if not source.is_file():
+        raise FileNotFoundError(f"{source} is not a file: pass an existing bank to read from")
     records = open_store(source).records()
-    count = 0
     if destination.suffix == ".jsonl":
         from .files import atomic_path
 
+        seen = set()
         with atomic_path(destination) as tmp, open(tmp, "w", encoding="utf-8") as handle:
-            for count, record in enumerate(records, 1):
-                handle.write(json.dumps(record, separators=(",", ":")) + "\n")
-        return count
-    store = open_store(destination)
-    for count, record in enumerate(records, 1):
-        store.add(record)
-    return count
+            for record in records:
+                if record["key"] not in seen:
+                    seen.add(record["key"])
+                    handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        return len(seen)
+    store, seen = open_store(destination), set()
+    for record in records:
+        if record["key"] not in seen:  # two writers of a gzip bank may both have appended a question
+            seen.add(record["key"])
+            store.add(record)
+    return len(seen)

@@ -207,9 +207,10 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
             if unfinished[q] == 0 and on_question is not None:
                 on_question(q, branches[q])
         if len(keep) < len(active):
-            index = torch.tensor(keep, dtype=torch.long, device=device)
+            # On the CPU: with parallelize=True the cache's layers live on several GPUs, and a CPU index serves all.
+            index = torch.tensor(keep, dtype=torch.long)
             cache.batch_select_indices(index)
-            mask, tokens = mask[index], tokens[index]
+            mask, tokens = mask[index.to(device)], tokens[index.to(device)]
             active = [active[i] for i in keep]
         if not active:
             break

@@ -44,6 +44,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as written:
             os.fsync(written.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make every output private to its writer
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -114,7 +114,9 @@ def pick_group(members: dict[str, list[int]], branch_scores: np.ndarray, reduce:
     to the larger group, then to the group holding the lowest branch index (with CoT-decoding, the greedy answer)."""
     if not members:
         return ""
-    scores = {answer: float(reduce(branch_scores[branches])) for answer, branches in members.items()}
+    # A NaN score (a diverged verifier) ranks below every real one instead of breaking the comparison.
+    scores = {answer: float(np.nan_to_num(reduce(branch_scores[branches]), nan=-np.inf))
+              for answer, branches in members.items()}
     best = max(scores.values())
     tied = [answer for answer in members if scores[answer] >= best - TIE_TOLERANCE]
     return min(tied, key=lambda answer: (-len(members[answer]), members[answer][0]))

@@ -77,12 +77,18 @@ def _lover_select_arguments(frame_depth: int = 4) -> list[dict]:
     return found
 
 
-def check_filters_before_decoding(fit_extract: str | None) -> None:
+def check_filters_before_decoding(fit_extract: str | None, scored: set[str]) -> None:
     """Build each lover_select filter of the evaluated tasks once (its own checks: strategy, extractor) and check
-    that those reading the test-time fit group answers with `fit_extract`, the model's `extract` (None: no
-    test-time fit). Raises ValueError naming the argument and the fix."""
+    that each verifier a filter reads will have scores (`scored`: "lover" with verifier=fit or a checkpoint,
+    "supervised" with supervised_verifier=) and that those reading the test-time fit group answers with `fit_extract`,
+    the model's `extract` (None: no test-time fit). Raises ValueError naming the argument and the fix."""
     for kwargs in _lover_select_arguments():
         select_filter = LoverSelect(**kwargs)
+        if select_filter.strategy.startswith("lover_") and select_filter.verifier not in scored:
+            arg = "supervised_verifier=PATH" if select_filter.verifier == "supervised" else "verifier=fit (or PATH)"
+            raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}) reads the scores of "
+                             f"verifier {select_filter.verifier!r}, which this run does not compute: pass {arg} in "
+                             "--model_args, or run tasks without lover_* rows.")
         uses_fit = select_filter.strategy.startswith("lover_") and select_filter.verifier == "lover"
         if fit_extract is not None and uses_fit and select_filter.extract_name != fit_extract:
             raise ValueError(

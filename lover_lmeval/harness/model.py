@@ -91,7 +91,8 @@ class LoverLM(HFLM):
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
         fitting = self.pipeline.config.selection.fit_at_test_time
-        check_filters_before_decoding(self.pipeline.extract if fitting else None)  # before hours of decoding
+        scored = set(self.pipeline.verifiers) | ({"lover"} if fitting else set())
+        check_filters_before_decoding(self.pipeline.extract if fitting else None, scored)  # before hours of decoding
         warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, self.pipeline.verifier_meta)
         groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
         for index, request in enumerate(requests):

@@ -17,16 +17,21 @@ import torch
 from ..core.pipeline import Pipeline
 from ..core.results import LoverResult
 
-Key = tuple  # (doc_id, prompt text): a question of a task; lm-eval's padding copies share it
+Key = tuple  # (doc_id, prompt text, occurrence): one response lm-eval expects; its padding copies are dropped
 
 
-def _by_task(requests, results) -> dict[str, dict[Key, LoverResult]]:
-    tasks: dict[str, dict[Key, LoverResult]] = defaultdict(dict)
-    for request, result in zip(requests, results):
+def _keys(requests) -> list[tuple[str, Key] | None]:
+    """(task, key) of each request, None for lm-eval's padding copies: a request repeated beyond its `repeats`."""
+    seen: dict = defaultdict(int)
+    keys = []
+    for request in requests:
         doc_id = getattr(request, "doc_id", None)
-        key = (-1 if doc_id is None else int(doc_id), request.args[0])
-        tasks[getattr(request, "task_name", None) or ""].setdefault(key, result)  # padding copies: the first stays
-    return tasks
+        question = (getattr(request, "task_name", None) or "", -1 if doc_id is None else int(doc_id), request.args[0])
+        occurrence = seen[question]
+        seen[question] += 1
+        keys.append((question[0], question[1:] + (occurrence,))
+                    if occurrence < max(1, int(getattr(request, "repeats", 1) or 1)) else None)
+    return keys
 
 
 def _exchange(local: dict, world_size: int) -> list[dict]:
@@ -40,21 +45,29 @@ def _exchange(local: dict, world_size: int) -> list[dict]:
 
 def fit_every_task(pipeline: Pipeline, requests, results, world_size: int) -> None:
     """Report and fit each task on all its questions across ranks; store the scores on this rank's `results`."""
-    local = _by_task(requests, results)
+    keys = _keys(requests)
+    local: dict[str, dict[Key, LoverResult]] = defaultdict(dict)
+    for task_key, result in zip(keys, results):
+        if task_key is not None:
+            local[task_key[0]][task_key[1]] = result
+    fitting = pipeline.config.selection.fit_at_test_time
     merged: dict[str, dict[Key, LoverResult]] = defaultdict(dict)
-    for share in _exchange(local, world_size):
+    # Without a test-time fit nothing depends on other ranks' questions: no exchange (features are large).
+    for share in _exchange(dict(local), world_size if fitting else 1):
         for task, questions in share.items():
             for key, result in questions.items():
                 merged[task].setdefault(key, result)
     for task in sorted(merged):
-        keys = sorted(merged[task])
-        pipeline.finish_task([merged[task][k] for k in keys], task or None)
-        for request, result in zip(requests, results):  # this rank's results, padding copies included
-            task_of = getattr(request, "task_name", None) or ""
-            doc_id = getattr(request, "doc_id", None)
-            source = merged[task].get((-1 if doc_id is None else int(doc_id), request.args[0])) if task_of == task \
-                else None
-            if source is not None and source is not result:
-                result.verifier_probs.update(source.verifier_probs)
-                result.scored_by.update(source.scored_by)
-                result.fit_extract = source.fit_extract
+        ordered = sorted(merged[task])
+        pipeline.finish_task([merged[task][k] for k in ordered], task or None)
+    if not fitting:
+        return
+    for index, result in enumerate(results):  # this rank's results, padding copies included
+        request = requests[index]
+        doc_id = getattr(request, "doc_id", None)
+        source = merged[getattr(request, "task_name", None) or ""].get(
+            (-1 if doc_id is None else int(doc_id), request.args[0], 0) if keys[index] is None else keys[index][1])
+        if source is not None and source is not result:  # the fit's scores only; loaded verifiers scored locally
+            result.verifier_probs["lover"] = source.verifier_probs["lover"]
+            result.scored_by["lover"] = source.scored_by["lover"]
+            result.fit_extract = source.fit_extract
