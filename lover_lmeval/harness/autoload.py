@@ -1,4 +1,4 @@
-"""Register `lover_hf`, `lover_select` and the packaged task YAMLs with lm-eval 0.4.x from the plain `lm_eval` CLI.
+"""Register `lover_hf`, `lover_select`, `lover_match` and the packaged task YAMLs with lm-eval 0.4.x from the plain `lm_eval` CLI.
 
 lm-eval 0.4.13 scans no entry points, so `lover_lmeval_autoload.pth` imports this module at start-up.
 Importing lm-eval here would slow every Python start-up by seconds, so instead we install an import
@@ -20,6 +20,7 @@ from pathlib import Path
 
 MODELS = {"lover_hf": "lover_lmeval.harness.model:LoverLM"}
 FILTERS = {"lover_select": "lover_lmeval.harness.filter:LoverSelect"}
+METRICS = {"lover_match": "lover_lmeval.harness.metric:lover_match"}
 TASK_FOLDER = Path(__file__).resolve().parents[1] / "task_configs"
 
 
@@ -28,6 +29,7 @@ def register(registry) -> None:
     # `get_model` imports lm_eval.models only when the model registry is *empty*; were ours the only
     # entry, `--model hf` would stop resolving. Importing it first fills in the built-in models.
     import lm_eval.models  # noqa: F401
+    import lm_eval.api.metrics  # noqa: F401  (the same for metrics: `get_metric` fills an empty registry only)
 
     for name, target in MODELS.items():
         if name not in registry.model_registry:
@@ -35,6 +37,11 @@ def register(registry) -> None:
     for name, target in FILTERS.items():
         if name not in registry.filter_registry:
             registry.filter_registry.register(name, target=target)
+    for name, target in METRICS.items():
+        if name not in registry.metric_registry:
+            registry.metric_registry.register(name, target=target)
+            registry.higher_is_better_registry.register(name, target=True)
+            registry.metric_agg_registry.register(name, target=registry.aggregation_registry.get("mean"))
 
 
 def with_task_folder(include_path) -> list:

@@ -84,6 +84,9 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str]) -> 
     the model's `extract` (None: no test-time fit). Raises ValueError naming the argument and the fix."""
     for kwargs in _lover_select_arguments():
         select_filter = LoverSelect(**kwargs)
+        if select_filter.strategy in ORACLES and select_filter.gold is None:
+            raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}, an oracle) names no "
+                             "`gold: FIELD`, the doc field holding the answer; add e.g. `gold: answer` to it.")
         if select_filter.strategy.startswith("lover_") and select_filter.verifier not in scored:
             arg = "supervised_verifier=PATH" if select_filter.verifier == "supervised" else "verifier=fit (or PATH)"
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}) reads the scores of "
