@@ -122,12 +122,15 @@ def test_lm_eval_scores_with_a_checkpoint_trained_by_lover_train(tmp_path, tiny_
 
 
 def test_use_cache_is_refused_before_any_request_runs(tmp_path, tiny_model_dir):
-    """lm-eval's request cache would serve one question's answer from an earlier run's fit (or other model_args):
-    lover_hf refuses it with the reason and the fix, before decoding anything."""
-    done = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args",
-                           f"pretrained={tiny_model_dir},n_branches=2", "--tasks", "lover_gsm8k", "--limit", "1",
-                           "--use_cache", str(tmp_path / "cache")], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}, timeout=600)
-    assert done.returncode != 0
-    assert "--use_cache cannot hold lover_hf's results" in done.stderr and "bank=PATH" in done.stderr
-    assert "lover_hf rank" not in done.stdout + done.stderr, "a request ran before the refusal"
+    """lm-eval's request cache would serve one question's answer from an earlier run's fit (or other model_args): two
+    runs sharing one cache, with different limits and model_args, are each refused with the reason and the fix,
+    before decoding anything (so neither can serve the other a stale answer)."""
+    for limit, n_branches in ((1, 2), (2, 3)):
+        done = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args",
+                               f"pretrained={tiny_model_dir},n_branches={n_branches}", "--tasks", "lover_gsm8k",
+                               "--limit", str(limit), "--use_cache", str(tmp_path / "cache")], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+        assert done.returncode != 0
+        assert "--use_cache cannot hold lover_hf's results" in done.stderr and "bank=PATH" in done.stderr
+        assert "lover_hf rank" not in done.stdout + done.stderr, "a request ran before the refusal"
