@@ -29,7 +29,6 @@ def register(registry) -> None:
     # `get_model` imports lm_eval.models only when the model registry is *empty*; were ours the only
     # entry, `--model hf` would stop resolving. Importing it first fills in the built-in models.
     import lm_eval.models  # noqa: F401
-    import lm_eval.api.metrics  # noqa: F401  (the same for metrics: `get_metric` fills an empty registry only)
 
     for name, target in MODELS.items():
         if name not in registry.model_registry:
@@ -39,9 +38,11 @@ def register(registry) -> None:
             registry.filter_registry.register(name, target=target)
     for name, target in METRICS.items():
         if name not in registry.metric_registry:
+            # Lazy: lm_eval.api.metrics may be the very module whose import is executing the registry right now.
+            # Its built-in metrics still load: lm_eval.api.task imports that module before any task is built.
             registry.metric_registry.register(name, target=target)
             registry.higher_is_better_registry.register(name, target=True)
-            registry.metric_agg_registry.register(name, target=registry.aggregation_registry.get("mean"))
+            registry.metric_agg_registry.register(name, target="lm_eval.api.metrics:mean")
 
 
 def with_task_folder(include_path) -> list:
