@@ -63,10 +63,10 @@ class BankConfig:
             raise ValueError("bank_only=true needs bank=PATH (the bank to read every question from)")
         if self.path is not None:
             check_bank_path(self.path)
-        cache = self.feature_cache
-        if cache not in (None, DEFAULT_FEATURE_CACHE) and Path(cache).expanduser().exists() and not Path(cache).expanduser().is_dir():
-            raise ValueError(f"feature_cache={cache} is not a folder; pass a folder for the feature files, "
-                             "or feature_cache=none to switch the cache off.")
+        folder = None if self.feature_cache in (None, DEFAULT_FEATURE_CACHE) else Path(self.feature_cache).expanduser()
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise ValueError(f"feature_cache={self.feature_cache} is not a folder; pass a folder for the feature "
+                             "files, or feature_cache=none to switch the cache off.")
 
 
 class NotInBank(LookupError):

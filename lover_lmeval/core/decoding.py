@@ -11,6 +11,7 @@ L layers, H kv heads, S sequence length, E head dim.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,11 +86,16 @@ def input_device(model) -> torch.device:
     return embeddings.weight.device if embeddings is not None else model.device
 
 
+@functools.cache
+def _cache_argument(model_class: type) -> str:
+    """Looked up once per model class: `with_cache` runs at every decoding step."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 def with_cache(model, cache) -> dict:
     """The forward kwarg carrying a KV cache: transformers 5.x renamed `past_key_values` to `cache` (the old name
     warns and is removed in 5.40); older releases know only `past_key_values`."""
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    return {name: cache}
+    return {_cache_argument(type(model)): cache}
 
 
 def cache_of(output):
@@ -210,7 +216,8 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
             # On the CPU: with parallelize=True the cache's layers live on several GPUs, and a CPU index serves all.
             index = torch.tensor(keep, dtype=torch.long)
             cache.batch_select_indices(index)
-            mask, tokens = mask[index.to(device)], tokens[index.to(device)]
+            index = index.to(device)
+            mask, tokens = mask[index], tokens[index]
             active = [active[i] for i in keep]
         if not active:
             break

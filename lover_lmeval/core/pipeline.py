@@ -176,11 +176,10 @@ class Pipeline:
         several tasks must score each exactly as a run of that task alone would."""
         unparsed, without = unparsed_counts(results, self.extract)
         if unparsed:
+            total = sum(len(r.branches) for r in results)
             log.warning("%s: %d of %d branches (%.0f%%) gave no answer the %r extractor can parse; %d of %d "
                         "questions have none in any branch (every selector scores them wrong)", task or "this run",
-                        unparsed, sum(len(r.branches) for r in results),
-                        100 * unparsed / max(1, sum(len(r.branches) for r in results)), self.extract, without,
-                        len(results))
+                        unparsed, total, 100 * unparsed / total, self.extract, without, len(results))
         if self.config.selection.fit_at_test_time:
             self.fit(results, task)
 
@@ -188,12 +187,11 @@ class Pipeline:
         """Test-time fit: label-free on these results' own branches; stores the `lover` scores and warns when the
         fit is degenerate. Returns the verifier."""
         verifier = fit_on_results(results, extract=self.extract, config=self.config.fit)
-        digest = tensors_sha256(verifier.state_dict())
-        self.fits[task or "this run"] = {"questions": len(results), "extract": self.extract,
-                                         "fit_config": asdict(self.config.fit), "verifier_tensors_sha256": digest}
+        digest, name = tensors_sha256(verifier.state_dict()), task or "this run"
+        self.fits[name] = {"questions": len(results), "extract": self.extract, "fit_config": asdict(self.config.fit),
+                           "verifier_tensors_sha256": digest}
         for result in results:
-            result.scored_by["lover"] = f"test-time fit on {len(results)} questions of {task or 'this run'} " \
-                                        f"tensors_sha256:{digest}"
+            result.scored_by["lover"] = f"test-time fit on {len(results)} questions of {name} tensors_sha256:{digest}"
         warn_if_one_sided(results, task)
         warn_if_constant_answer(results, task, self.extract)
         return verifier

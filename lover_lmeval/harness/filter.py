@@ -34,9 +34,14 @@ class LoverSelect(Filter):
         answer = self.extract(str(doc[self.gold]))
         return answer.value if answer is not None else str(doc[self.gold]).strip()
 
+    @property
+    def reads_fit(self) -> bool:
+        """Whether this filter selects by the test-time fit's scores (which group answers by lover_hf's extract)."""
+        return self.strategy.startswith("lover_") and self.verifier == "lover"
+
     def check_fit_extractor(self, resps) -> None:
         """The test-time fit must have grouped answers as this filter does, or its scores mean nothing here."""
-        if not (self.strategy.startswith("lover_") and self.verifier == "lover"):
+        if not self.reads_fit:
             return
         used = {getattr(r, "fit_extract", None) for rs in resps for r in rs} - {None}
         wrong = sorted(used - {self.extract_name})
@@ -92,8 +97,7 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str]) -> 
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}) reads the scores of "
                              f"verifier {select_filter.verifier!r}, which this run does not compute: pass {arg} in "
                              "--model_args, or run tasks without lover_* rows.")
-        uses_fit = select_filter.strategy.startswith("lover_") and select_filter.verifier == "lover"
-        if fit_extract is not None and uses_fit and select_filter.extract_name != fit_extract:
+        if fit_extract is not None and select_filter.reads_fit and select_filter.extract_name != fit_extract:
             raise ValueError(
                 f"lover_hf fits its test-time verifier with extract={fit_extract}, but a task's lover_select filter "
                 f"extracts {select_filter.extract_name}: pass extract={select_filter.extract_name} in --model_args, "

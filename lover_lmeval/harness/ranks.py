@@ -20,17 +20,19 @@ from ..core.results import LoverResult
 Key = tuple  # (doc_id, prompt text, occurrence): one response lm-eval expects; its padding copies are dropped
 
 
-def _keys(requests) -> list[tuple[str, Key] | None]:
-    """(task, key) of each request, None for lm-eval's padding copies: a request repeated beyond its `repeats`."""
+def _keys(requests) -> list[tuple[str, Key, bool]]:
+    """(task, key, is_copy) of each request. lm-eval's padding copies repeat a request beyond its `repeats`: their
+    key is the question's first occurrence, whose scores they take."""
     seen: dict = defaultdict(int)
     keys = []
     for request in requests:
         doc_id = getattr(request, "doc_id", None)
-        question = (getattr(request, "task_name", None) or "", -1 if doc_id is None else int(doc_id), request.args[0])
-        occurrence = seen[question]
-        seen[question] += 1
-        keys.append((question[0], question[1:] + (occurrence,))
-                    if occurrence < max(1, int(getattr(request, "repeats", 1) or 1)) else None)
+        task, question = getattr(request, "task_name", None) or "", (-1 if doc_id is None else int(doc_id),
+                                                                     request.args[0])
+        occurrence = seen[task, question]
+        seen[task, question] += 1
+        is_copy = occurrence >= max(1, int(getattr(request, "repeats", 1) or 1))
+        keys.append((task, (*question, 0 if is_copy else occurrence), is_copy))
     return keys
 
 
@@ -47,9 +49,9 @@ def fit_every_task(pipeline: Pipeline, requests, results, world_size: int) -> No
     """Report and fit each task on all its questions across ranks; store the scores on this rank's `results`."""
     keys = _keys(requests)
     local: dict[str, dict[Key, LoverResult]] = defaultdict(dict)
-    for task_key, result in zip(keys, results):
-        if task_key is not None:
-            local[task_key[0]][task_key[1]] = result
+    for (task, key, is_copy), result in zip(keys, results):
+        if not is_copy:
+            local[task][key] = result
     fitting = pipeline.config.selection.fit_at_test_time
     merged: dict[str, dict[Key, LoverResult]] = defaultdict(dict)
     # Without a test-time fit nothing depends on other ranks' questions: no exchange (features are large).
@@ -62,11 +64,8 @@ def fit_every_task(pipeline: Pipeline, requests, results, world_size: int) -> No
         pipeline.finish_task([merged[task][k] for k in ordered], task or None)
     if not fitting:
         return
-    for index, result in enumerate(results):  # this rank's results, padding copies included
-        request = requests[index]
-        doc_id = getattr(request, "doc_id", None)
-        source = merged[getattr(request, "task_name", None) or ""].get(
-            (-1 if doc_id is None else int(doc_id), request.args[0], 0) if keys[index] is None else keys[index][1])
+    for (task, key, _), result in zip(keys, results):  # this rank's results, padding copies included
+        source = merged[task].get(key)
         if source is not None and source is not result:  # the fit's scores only; loaded verifiers scored locally
             result.verifier_probs["lover"] = source.verifier_probs["lover"]
             result.scored_by["lover"] = source.scored_by["lover"]
