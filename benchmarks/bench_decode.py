@@ -80,6 +80,8 @@ def parse_args(argv=None):
     p.add_argument("--skip-own-greedy", action="store_true", help="skip the decode_branches n_branches=1 baseline")
     p.add_argument("--profile", action="store_true",
                    help="also cProfile decode + features of question 0 and store the top functions")
+    p.add_argument("--dtype", default="float32", help="weights and activations of every method (default float32)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda, for every method, lm-eval's subprocess included")
     p.add_argument("--output", default=None, help="JSON path (default benchmarks/results/decode_<date>.json)")
     args = p.parse_args(argv)
     if args.lm_eval_questions is None:
@@ -129,7 +131,8 @@ def machine_info():
     return {"nproc": nproc, "cpu_model": cpu, "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "transformers": transformers.__version__,
             "lm_eval": getattr(lm_eval, "__version__", "?"), "python": platform.python_version(),
-            "platform": platform.platform()}
+            "platform": platform.platform(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def loadavg():
@@ -190,16 +193,23 @@ def reencode_features(model, prompt, branches, template_ids, layer, rows_per_pas
 
 
 def timed(fn, *a, **k):
+    import torch
+
+    # CUDA kernels run asynchronously: wait for the queued ones before and after, so each method pays its own.
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     out = fn(*a, **k)
+    sync()
     return out, time.perf_counter() - t0
 
 
-def run_lm_eval(folder: Path, k: int, max_new_tokens: int, batch_size: str, tokenizer, workdir: Path):
+def run_lm_eval(folder: Path, k: int, max_new_tokens: int, batch_size: str, tokenizer, workdir: Path,
+                dtype: str = "float32", device: str = "cpu"):
     """Time `lm_eval --model hf` on K questions, and the same command's fixed cost (see module doc)."""
     exe = REPO / ".venv" / "bin" / "lm_eval"
     exe = str(exe) if exe.exists() else (shutil.which("lm_eval") or "lm_eval")
-    base = [exe, "--model", "hf", "--model_args", f"pretrained={folder}", "--device", "cpu", "--tasks", BENCH_TASK,
+    base = [exe, "--model", "hf", "--model_args", f"pretrained={folder},dtype={dtype}", "--device", device, "--tasks", BENCH_TASK,
             "--include_path", str(REPO / "benchmarks" / "tasks"), "--batch_size", str(batch_size)]
     runs = {}
     for name, extra in (("overhead", ["--limit", "1", "--gen_kwargs", "max_gen_toks=1"]),
@@ -305,7 +315,8 @@ def main(argv=None):
     started = datetime.datetime.now()
     info = machine_info()
     print(f"[bench] machine: {info} loadavg {loadavg()}", flush=True)
-    (lm, load_s) = timed(LoverLM, gguf_file=str(gguf), n_branches=args.n_branches, verifier=None)
+    (lm, load_s) = timed(LoverLM, gguf_file=str(gguf), n_branches=args.n_branches, verifier=None,
+                          dtype=args.dtype, device=args.device)
     folder = Path(lm.model.name_or_path)
     model, tok = lm.model, lm.tokenizer
     layer, template_ids = lm.pipeline.layer, lm.pipeline.template_ids
@@ -326,14 +337,14 @@ def main(argv=None):
 
     # Warm-up (first-call allocations): not timed.
     decode_branches(model, tok, [prompts[0]], cfg, 2, until, eos_ids, pad_id)
-    lm._model_generate(torch.tensor([prompts[0]]), max_length=len(prompts[0]) + 2, stop=until, do_sample=False)
+    lm._model_generate(torch.tensor([prompts[0]], device=model.device), max_length=len(prompts[0]) + 2, stop=until, do_sample=False)
 
     def generate_greedy(batch):
         """lm-eval's own greedy path (`HFLM._model_generate`: `generate` with lm-eval's stop-sequence
         criteria) on a left-padded batch of prompts -> generated ids per prompt."""
         width = max(len(p) for p in batch)
-        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])  # (B, P) left-padded
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch], device=model.device)  # (B, P) left-padded
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=model.device)
         with torch.inference_mode():
             out = lm._model_generate(ids, max_length=width + max_new, stop=until, do_sample=False,
                                      attention_mask=mask)
@@ -412,7 +423,8 @@ def main(argv=None):
                                  "tokens": sum(sum(r["branch_steps"]) for r in per_q[:k])}
         del lm  # free memory for the subprocess
         with tempfile.TemporaryDirectory(prefix="bench_decode_") as tmp:
-            lm_eval_res = run_lm_eval(folder, k, max_new, args.lm_eval_batch_size, tok, Path(tmp))
+            lm_eval_res = run_lm_eval(folder, k, max_new, args.lm_eval_batch_size, tok, Path(tmp),
+                                      dtype=args.dtype, device=args.device)
         methods["lm_eval"] = {"questions": k, "seconds": lm_eval_res["generation_s"],
                               "tokens": lm_eval_res["tokens_in_returned_text"]}
 

@@ -12,14 +12,18 @@ those files from our banks, so their code can run unchanged on our features (`hs
       benchmarks/export_authors_layout.py --model qwen2.5-coder-0.5b-instruct --dtype float32 \
       --train-docs 0:266 --test-docs 0:400 --layers 12,24 --out /tmp/lover-authors-input
 
-Train docs 0..265 hold our 200 training + 66 dev questions; their loader draws its own 200/66 partition of the
-exported training questions (random.Random(1029)), so the partition differs from ours while the protocol is theirs.
+Train docs 0..265 hold our 200 training + 66 dev questions. Their loader draws its own 200/66 partition of the
+exported training questions (`random.Random(1029)`); with `--match-partition 200` the training questions are written
+in the order that makes that draw pick exactly our documents 0..199 as training and 200..265 as dev, so their run and
+ours (`lover train --limit 200 --select dev:66`) see the same questions in each role. `order_train.json` records which
+of our documents sits at each exported position.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +39,16 @@ TASK = "lover_gsm8k"
 INVALID = "[invalid]"  # the authors' BaseTask.INVALID_ANS
 
 
+def authors_partition(total: int, train_num: int) -> tuple[list[int], list[int]]:
+    """The positions the authors' `load_train_and_dev_data` draws as training and dev questions out of `total`
+    (their seed and their expressions, so this interpreter iterates the set the way theirs does)."""
+    rng = random.Random(1029)
+    train = sorted(rng.sample(range(total), train_num))
+    dev_size = min(int(train_num / 3), total - train_num)
+    dev = sorted(rng.sample(list(set(list(range(total))) - set(train)), dev_size))
+    return train, dev
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
@@ -43,9 +57,13 @@ def main() -> int:
     parser.add_argument("--test-docs", default="0:400")
     parser.add_argument("--layers", default="12,24", help="hidden-state indices stacked on the last axis, in order")
     parser.add_argument("--out", required=True, help="a folder outside the repository")
+    parser.add_argument("--gguf", default=None, help="the model file (default: ../shared/bin/get-model MODEL)")
+    parser.add_argument("--match-partition", type=int, default=None, metavar="TRAIN_NUM",
+                        help="order the training questions so the authors' draw of TRAIN_NUM training questions "
+                             "(--train_num_examples) picks our first TRAIN_NUM and their dev draw the rest")
     args = parser.parse_args()
-    gguf = subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True, capture_output=True,
-                          text=True).stdout.strip().splitlines()[-1]
+    gguf = args.gguf or subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True,
+                                       capture_output=True, text=True).stdout.strip().splitlines()[-1]
     layers = [int(x) for x in args.layers.split(",")]
     task = TaskManager().load([TASK])["tasks"][TASK]
     extract = get_extractor("number")
@@ -57,6 +75,16 @@ def main() -> int:
                                                                  f"{TASK}-{split}.jsonl.gz"),
                      bank_only=True, verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])))
         docs = list(task.dataset[split])[start:end]
+        order = list(range(len(docs)))  # order[position] = index into docs
+        if split == "train" and args.match_partition is not None:
+            train, dev = authors_partition(len(docs), args.match_partition)
+            if len(train) + len(dev) != len(docs):
+                raise SystemExit(f"--match-partition {args.match_partition}: {len(docs)} training questions are not "
+                                 f"{len(train)} training + {len(dev)} dev; export exactly that many")
+            for ours, position in enumerate(train + dev):
+                order[position] = ours
+            (out / "order_train.json").write_text(json.dumps({"doc_at_position": [start + i for i in order]}))
+        docs = [docs[i] for i in order]
         contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
                     for d in docs]
         results = lm.run_contexts(contexts, dict(task.config.generation_kwargs))

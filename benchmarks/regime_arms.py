@@ -8,7 +8,10 @@ over each banked branch.
 - D   our default test-time fit;              B   `regime=authors`, no labels;
 - A'  `regime=authors`, the K dev questions' labels choosing the probe (core/dev_select.py), named `[devK]`;
 - E   `supervised[devK]`: the authors' probe trained with BCE on the K dev labels alone;
-- cv  the 2-fold supervised cross-fit on the test questions (a ceiling, not a selector).
+- cv  the 2-fold supervised cross-fit on the test questions (a ceiling, not a selector);
+- `--checkpoints NAME=PATH,...`: verifiers trained elsewhere (the train-split arms: `lover train --limit 200`,
+  label-free or `--select dev:66`), each scored at its own layer with the same statistics; its row's name carries
+  the checkpoint's label tag and `gold_labels_used` its metadata's count.
 
 Per arm: LoVer max / sum accuracy, per-question AUROC, top-pick share, paired bootstrap vs majority and
 CoT-decoding(sum). Also, when the test bank holds fp32 records of the same prompts, greedy and majority of the fp32
@@ -36,6 +39,7 @@ from lm_eval.tasks import TaskManager
 from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
 from lover_lmeval.core.answers import get_extractor
 from lover_lmeval.core.bank import BankConfig
+from lover_lmeval.core.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from lover_lmeval.core.dev_select import fit_with_dev
 from lover_lmeval.core.pipeline import Pipeline
 from lover_lmeval.core.results import LoverResult
@@ -59,6 +63,11 @@ def at_layer(results: list[LoverResult], layer: int, main: int) -> list[LoverRes
     """Copies of the results carrying `layer`'s features as their main ones (N, 2, D)."""
     return [LoverResult(r.branches, r.features if layer == main else r.layer_features[layer], None, layer, r.prompt_ids)
             for r in results]
+
+
+def write_json(path: Path, report: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
 
 
 def row(results, gold, verifier, baselines, n_boot=10_000) -> dict:
@@ -101,10 +110,17 @@ def main() -> int:
     parser.add_argument("--layers", default="14,28", help="feature layers; the first is the model's main layer")
     parser.add_argument("--banks", default=None, help="bank folder (default benchmarks/banks/MODEL)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--gguf", default=None, help="the model file (default: ../shared/bin/get-model MODEL)")
+    parser.add_argument("--checkpoints", default="", help="NAME=PATH[,NAME=PATH]: trained verifiers to score too")
+    parser.add_argument("--checkpoints-only", action="store_true", help="skip the test-time arms (D, B, A', E, cv)")
     args = parser.parse_args()
     banks = Path(args.banks) if args.banks else REPO / "benchmarks/banks" / args.model
-    gguf = subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True, capture_output=True,
-                          text=True).stdout.strip().splitlines()[-1]
+    gguf = args.gguf or subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True,
+                                       capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    checkpoints = {}
+    for item in filter(None, args.checkpoints.split(",")):
+        name, path = item.split("=", 1)
+        checkpoints[name] = load_checkpoint(path)  # (verifier, metadata), refused before any feature is read
     layers = [int(x) for x in args.layers.split(",")]
     lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(banks / f"{TASK}-test.jsonl.gz"), bank_only=True,
                  verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])), batch_size=5)
@@ -145,6 +161,20 @@ def main() -> int:
         dev_labels = gold_labels(dev_answers, dev_gold, dev_mask.shape[1])  # (K, N): the only labels the arms read
         k = len(dev)
         arms = {}
+        for name, (verifier, meta) in checkpoints.items():
+            if meta.get("layer") != layer:
+                continue
+            label = f"{name}{label_tag(meta)}"
+            store_scores(scored, verifier, features, label)
+            entry = row(scored, gold, label, baselines)
+            entry["checkpoint"] = {k: meta.get(k) for k in ("split", "n_questions", "select", "supervised", "seed")}
+            report["arms"][f"layer {layer} | {label}"] = entry
+            report["gold_labels_used"][f"layer {layer} | {label}"] = gold_labels_used(meta)
+            print(f"layer {layer} | {label}: sum {entry['lover_sum']:.3f} max {entry['lover_max']:.3f} "
+                  f"AUROC/q {entry['auroc_per_question']}", flush=True)
+        if args.checkpoints_only:
+            write_json(Path(args.out), report)
+            continue
         if layer == layers[0]:
             arms["D: default test-time fit"] = (VerifierConfig(), None)
         arms["B: regime=authors, label-free"] = (authors, None)
@@ -172,9 +202,7 @@ def main() -> int:
         report["arms"][f"layer {layer} | cv: supervised 2-fold cross-fit (ceiling)"] = row(cross, gold, "supervised_cv",
                                                                                              baselines)
         report["gold_labels_used"][f"layer {layer} | cv: supervised 2-fold cross-fit (ceiling)"] = len(test) // 2
-        out = Path(args.out)  # written after every layer: a long run keeps what it finished
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=1) + "\n")
+        write_json(Path(args.out), report)  # after every layer: a long run keeps what it finished
     print(json.dumps({k: v for k, v in report.items() if k not in ("baseline_per_question",)}, indent=1)[:6000])
     return 0
 
