@@ -113,6 +113,8 @@ def main() -> int:
     parser.add_argument("--gguf", default=None, help="the model file (default: ../shared/bin/get-model MODEL)")
     parser.add_argument("--checkpoints", default="", help="NAME=PATH[,NAME=PATH]: trained verifiers to score too")
     parser.add_argument("--checkpoints-only", action="store_true", help="skip the test-time arms (D, B, A', E, cv)")
+    parser.add_argument("--arms", default="D,B,A',E,cv", help="which test-time arms to run (comma-separated letters)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the authors-regime fits (B, A', E)")
     args = parser.parse_args()
     banks = Path(args.banks) if args.banks else REPO / "benchmarks/banks" / args.model
     gguf = args.gguf or subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True,
@@ -153,7 +155,8 @@ def main() -> int:
               "cot_sum_minus_majority": paired_bootstrap(baselines["cot_sum"], baselines["majority"], 10_000,
                                                          np.random.default_rng(0)),
               "precision": precision_check(lm, *test_prompts, test, gold), "arms": {}}
-    authors = VerifierConfig.from_regime("authors")
+    authors = dataclasses.replace(VerifierConfig.from_regime("authors"), seed=args.seed)
+    wanted = set(args.arms.split(","))
     for layer in layers:
         scored, dev_at = at_layer(test, layer, layers[0]), at_layer(dev, layer, layers[0])
         features, mask, groups, _ = batch_results(scored, EXTRACT)  # (Q, N, 2, D)
@@ -181,6 +184,8 @@ def main() -> int:
         arms[f"A': regime=authors + select dev:{k} [dev{k}]"] = (authors, "dev")
         arms[f"E: supervised[dev{k}] (authors' probe, BCE)"] = (authors, "supervised")
         for name, (config, labels) in arms.items():
+            if name.split(":")[0] not in wanted:
+                continue
             t0 = time.perf_counter()
             if labels is None:
                 fit_on_results(scored, EXTRACT, config)
@@ -198,6 +203,9 @@ def main() -> int:
             report["gold_labels_used"][f"layer {layer} | {name}"] = 0 if labels is None else k
             print(f"layer {layer} | {name}: sum {entry['lover_sum']:.3f} max {entry['lover_max']:.3f} "
                   f"AUROC/q {entry['auroc_per_question']} ({entry['fit_seconds']} s)", flush=True)
+        if "cv" not in wanted:
+            write_json(Path(args.out), report)
+            continue
         cross = cross_fit_supervised(scored, gold, EXTRACT, folds=2, seed=0)
         report["arms"][f"layer {layer} | cv: supervised 2-fold cross-fit (ceiling)"] = row(cross, gold, "supervised_cv",
                                                                                              baselines)
