@@ -46,7 +46,7 @@ from lover_lmeval.core.results import LoverResult
 from lover_lmeval.core.scoring import batch_results, fit_on_results, gold_labels, store_scores, top_pick
 from lover_lmeval.core.selection import select
 from lover_lmeval.core.stats import paired_bootstrap
-from lover_lmeval.core.verifier import VerifierConfig, fit
+from lover_lmeval.core.verifier import VerifierConfig, config_from_string, fit
 from lover_lmeval.harness.model import LoverLM
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,6 +115,9 @@ def main() -> int:
     parser.add_argument("--checkpoints-only", action="store_true", help="skip the test-time arms (D, B, A', E, cv)")
     parser.add_argument("--arms", default="D,B,A',E,cv", help="which test-time arms to run (comma-separated letters)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the authors-regime fits (B, A', E)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=FIELDS",
+                        help="a C arm: B with VerifierConfig fields changed, e.g. 'C1-normalize=normalize=mean' "
+                             "(label-free; select it with --arms C; repeatable)")
     args = parser.parse_args()
     banks = Path(args.banks) if args.banks else REPO / "benchmarks/banks" / args.model
     gguf = args.gguf or subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True,
@@ -183,6 +186,9 @@ def main() -> int:
         arms["B: regime=authors, label-free"] = (authors, None)
         arms[f"A': regime=authors + select dev:{k} [dev{k}]"] = (authors, "dev")
         arms[f"E: supervised[dev{k}] (authors' probe, BCE)"] = (authors, "supervised")
+        for variant in args.variant:  # one departure from the authors' regime at a time
+            name, fields = variant.split("=", 1)
+            arms[f"C: {name} ({fields})"] = (config_from_string(f"regime=authors;seed={args.seed};{fields}"), None)
         for name, (config, labels) in arms.items():
             if name.split(":")[0] not in wanted:
                 continue
