@@ -70,7 +70,7 @@ def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, co
     n_max = min(len(r.branches) for r in results)
     curves = {"n": list(range(1, n_max + 1)), "majority": [], "lover_sum": []}
     for n in curves["n"]:
-        subset = [LoverResult(r.branches[:n], r.features[:n], None, r.layer) for r in results]
+        subset = [LoverResult(r.branches[:n], r.stored_features[:n], None, r.layer) for r in results]
         fit_on_results(subset, extract_name, config)
         for strategy in ("majority", "lover_sum"):
             curves[strategy].append(float(strategy_correct(subset, gold, strategy, extract).mean()))

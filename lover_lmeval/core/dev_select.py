@@ -25,12 +25,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .fit_inputs import normalized_inputs
 from .verifier import (
     FitResult,
     Verifier,
     VerifierConfig,
     fields_from_string,
-    normalized_inputs,
     seeded_verifier,
     train_restart,
     unsupervised_eval,

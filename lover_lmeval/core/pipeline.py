@@ -53,6 +53,8 @@ class Pipeline:
         if self.bank is not None and bank.feature_cache is not None:
             where = cache_dir() / "features" if bank.feature_cache == DEFAULT_FEATURE_CACHE else bank.feature_cache
             self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
+        # Features are kept as computed: in a half-precision model's own dtype, otherwise float32 (results.py).
+        self.stored_dtype = model.dtype if model.dtype in (torch.bfloat16, torch.float16) else torch.float32
         self.verifiers, self.verifier_meta, self.verifier_ids = {}, {}, {}
         self.fits: dict[str, dict] = {}  # task -> what its test-time fit saw and made (provenance in the results)
         for name, path in self.config.selection.checkpoints().items():
@@ -137,9 +139,10 @@ class Pipeline:
             at_layer = features[i][:, :, 0]  # (N, 2, L, D) -> (N, 2, D) at the main layer
             with torch.no_grad():  # scoring only: a loaded verifier's parameters require grad
                 probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
-            more = {layer: features[i][:, :, k].numpy() for k, layer in enumerate(self.layers) if k}
-            results.append(LoverResult(q_branches, at_layer.numpy(), probs, self.layer, prompts[i], more,
-                                       scored_by={name: self.verifier_ids[name] for name in probs}))
+            # Stored in the model's precision (results.py): exact, since the features were computed in it.
+            more = {layer: features[i][:, :, k].to(self.stored_dtype) for k, layer in enumerate(self.layers) if k}
+            results.append(LoverResult(q_branches, at_layer.to(self.stored_dtype), probs, self.layer, prompts[i],
+                                       more, scored_by={name: self.verifier_ids[name] for name in probs}))
         return results
 
     def run(self, prompts: list[list[int]], until: list[str], max_gen_toks: int, batch_size: int = 1,

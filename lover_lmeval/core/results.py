@@ -5,9 +5,11 @@ filter (`regex`, `take_first`, ...) and metric works on it unchanged and scores 
 Everything else rides along as attributes for the `lover_select` filter: all N branches with their
 token margins and offsets, the assertion features (N, 2, D) and, with a verifier, p+ and p-.
 
-`str(result)` is compact JSON (texts, finish reasons, feature shape, scores; no arrays), which is what lm-eval's
-`--log_samples` writes. Pickling (lm-eval's `--use_cache`) goes through `__reduce__`, because `str`
-subclasses otherwise re-create themselves from their string value alone.
+Features are kept in the precision they were computed in: a bf16 or fp16 model's hidden states are exactly
+representable in that dtype, so storing them as such halves the memory of a large task at no loss (they are upcast
+to float32 where read). `str(result)` is compact JSON (texts, finish reasons, feature shape, scores; no arrays),
+which is what lm-eval's `--log_samples` writes. Pickling (lm-eval's `--use_cache`, the ranks' exchange) goes
+through `__reduce__`, because `str` subclasses otherwise re-create themselves from their string value alone.
 """
 
 from __future__ import annotations
@@ -15,9 +17,22 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import torch
 
 from .decoding import Branch
 from .losses import score
+
+
+#: Precisions features may be stored in; anything else (numpy arrays, lists, float64) is stored as float32.
+STORED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _stored(features) -> torch.Tensor:
+    """A CPU tensor of `features` in a :data:`STORED_DTYPES` precision (float32 unless given as a half tensor)."""
+    if isinstance(features, torch.Tensor) and features.dtype in STORED_DTYPES:
+        return features.detach().cpu()
+    array = np.asarray(features, dtype=np.float32)
+    return torch.from_numpy(array if array.flags.writeable else array.copy())  # torch refuses read-only buffers
 
 
 def _rebuild(state: dict) -> "LoverResult":
@@ -26,11 +41,11 @@ def _rebuild(state: dict) -> "LoverResult":
 
 class LoverResult(str):
     branches: list[Branch]
-    features: np.ndarray | None  # (N, 2, D) float32
+    stored_features: torch.Tensor | None  # (N, 2, D) in the precision it was computed in (STORED_DTYPES)
     verifier_probs: dict[str, np.ndarray]  # verifier name -> (N, 2): p+ and p- per branch
     layer: int | None
     prompt_ids: list[int] | None  # the prompt's token ids, so features can be recomputed at any layer later
-    layer_features: dict[int, np.ndarray]  # more layers' (N, 2, D) features (lover_hf extra_layers=)
+    stored_layer_features: dict[int, torch.Tensor]  # more layers' (N, 2, D) features (lover_hf extra_layers=)
     fit_extract: str | None  # extractor that grouped the answers of the test-time fit ("lover" scores)
     scored_by: dict[str, str]  # verifier name -> which verifier made its scores (fit or checkpoint, with a hash)
 
@@ -40,16 +55,30 @@ class LoverResult(str):
             raise ValueError("a LoverResult needs at least one branch")
         self = super().__new__(cls, branches[0].text)
         self.branches = list(branches)
-        self.features = None if features is None else np.asarray(features, dtype=np.float32)
-        if self.features is not None and self.features.shape[:2] != (len(branches), 2):
-            raise ValueError(f"features must be (N={len(branches)}, 2, D), got {self.features.shape}")
+        self.features = features
+        if self.stored_features is not None and self.stored_features.shape[:2] != (len(branches), 2):
+            raise ValueError(f"features must be (N={len(branches)}, 2, D), got {tuple(self.stored_features.shape)}")
         self.verifier_probs = {k: np.asarray(v, dtype=np.float64) for k, v in (verifier_probs or {}).items()}
         self.layer = layer
         self.prompt_ids = None if prompt_ids is None else list(prompt_ids)
-        self.layer_features = {int(k): np.asarray(v, dtype=np.float32) for k, v in (layer_features or {}).items()}
+        self.stored_layer_features = {int(k): _stored(v) for k, v in (layer_features or {}).items()}
         self.fit_extract = fit_extract
         self.scored_by = dict(scored_by or {})
         return self
+
+    @property
+    def features(self) -> np.ndarray | None:
+        """(N, 2, D) float32 (an upcast copy when stored in half precision)."""
+        return None if self.stored_features is None else self.stored_features.float().numpy()
+
+    @features.setter
+    def features(self, value) -> None:
+        self.stored_features = None if value is None else _stored(value)
+
+    @property
+    def layer_features(self) -> dict[int, np.ndarray]:
+        """More layers' (N, 2, D) features, float32."""
+        return {k: v.float().numpy() for k, v in self.stored_layer_features.items()}
 
     @property
     def texts(self) -> list[str]:
@@ -71,7 +100,7 @@ class LoverResult(str):
         return {
             "texts": self.texts,
             "finish": [b.finish_reason for b in self.branches],
-            "features": None if self.features is None else list(self.features.shape),
+            "features": None if self.stored_features is None else list(self.stored_features.shape),
             "scores": {name: [round(float(s), 4) for s in self.scores(name)] for name in self.verifier_probs},
             **({"scored_by": self.scored_by} if self.scored_by else {}),
         }
@@ -83,7 +112,8 @@ class LoverResult(str):
         return f"LoverResult(n_branches={len(self.branches)}, greedy={str.__repr__(self)[:60]})"
 
     def __reduce__(self):
-        state = {"branches": self.branches, "features": self.features,
+        state = {"branches": self.branches, "features": self.stored_features,  # compact: ranks exchange these
                  "verifier_probs": self.verifier_probs, "layer": self.layer, "prompt_ids": self.prompt_ids,
-                 "layer_features": self.layer_features, "fit_extract": self.fit_extract, "scored_by": self.scored_by}
+                 "layer_features": self.stored_layer_features, "fit_extract": self.fit_extract,
+                 "scored_by": self.scored_by}
         return _rebuild, (state,)

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 
 from .answers import answer_groups, get_extractor, span_confidence
+from .fit_inputs import verifier_on
+from .losses import score
 from .selection import select
 from .stats import spearman
 from .verifier import VerifierConfig, fit
@@ -30,14 +32,17 @@ def batch_results(results, extract: str):
     """
     extractor = get_extractor(extract)
     n_max = max(len(r.branches) for r in results)
-    dim = results[0].features.shape[-1]
-    features = torch.zeros((len(results), n_max, 2, dim))  # (Q, N, 2, D)
+    dim = results[0].stored_features.shape[-1]
+    # In the results' own precision (half for a half model: the fit upcasts batch by batch), float32 if mixed.
+    dtypes = {r.stored_features.dtype for r in results}
+    dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
+    features = torch.zeros((len(results), n_max, 2, dim), dtype=dtype)  # (Q, N, 2, D)
     mask = torch.zeros((len(results), n_max), dtype=torch.bool)
     groups = torch.zeros((len(results), n_max), dtype=torch.long)
     answers = []
     for q, result in enumerate(results):
         n = len(result.branches)
-        features[q, :n] = torch.from_numpy(result.features)
+        features[q, :n] = result.stored_features
         mask[q, :n] = True
         values = [a.value if (a := extractor(b.text)) is not None else None for b in result.branches]
         groups[q, :n] = torch.tensor(answer_groups(values))
@@ -64,7 +69,7 @@ def gold_labels(answers: list[list[str | None]], gold: list[str], width: int) ->
 def store_scores(results, verifier, features: torch.Tensor, name: str) -> None:
     """Score the results' padded features (Q, N, 2, D) and keep p+ / p- as `result.verifier_probs[name]`."""
     with torch.no_grad():
-        p_pos, p_neg = verifier(features)  # (Q, N) each
+        p_pos, p_neg = verifier_on(verifier, features)  # (Q, N) each
     for q, result in enumerate(results):
         n = len(result.branches)
         result.verifier_probs[name] = torch.stack([p_pos[q, :n], p_neg[q, :n]], dim=-1).numpy()  # (N, 2)
@@ -101,7 +106,7 @@ def orient_by(verifier, features: torch.Tensor, mask: torch.Tensor, signal: torc
     """
     verifier.orientation.fill_(1.0)
     with torch.no_grad():
-        scores = verifier.scores(features)  # (Q, N)
+        scores = score(*verifier_on(verifier, features))  # (Q, N)
     correlation = spearman(scores[mask], signal[mask])
     if correlation < 0:
         verifier.orientation.fill_(-1.0)

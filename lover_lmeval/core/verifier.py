@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from .fit_inputs import normalization_stats, normalized_inputs
 from .losses import REDUCTIONS, parse_loss_spec, sample_pairs, sample_representatives, score, total_loss
 
 NORMALIZE_CHOICES = ("none", "mean", "meanstd")
@@ -100,6 +101,10 @@ class VerifierConfig:
     resample_every: int = 1
     """Epochs between draws of group representatives (and pairs): 1 draws anew at every step; the authors' code
     keeps one draw for 2000 epochs."""
+    max_dense_gib: float = 2.0
+    """Largest float32 copy of the normalised training inputs (GiB) a fit keeps. Above it (e.g. 12k questions of a
+    4096-wide model: 3.7 GiB) each step normalises its batch of questions from the stored features instead, so the
+    fit holds the stored copy (half precision for a half model) plus one batch (`fit_inputs.NormalizedInputs`)."""
     regime: str = "ours"
     """The preset (``REGIMES``) the other fields started from, recorded for provenance; set it through
     ``config_from_string("regime=authors;...")`` or :meth:`from_regime`, which apply the preset's fields."""
@@ -132,6 +137,8 @@ class VerifierConfig:
             raise ValueError(f"resample_every must be an integer >= 1, got {self.resample_every!r}")
         if self.normalize not in NORMALIZE_CHOICES:
             raise ValueError(f"normalize must be one of {', '.join(NORMALIZE_CHOICES)}, got {self.normalize!r}")
+        if not (isinstance(self.max_dense_gib, (int, float)) and self.max_dense_gib >= 0):
+            raise ValueError(f"max_dense_gib must be a number >= 0, got {self.max_dense_gib!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
         if not (isinstance(self.curriculum, (int, float)) and math.isfinite(self.curriculum)
@@ -173,22 +180,6 @@ def config_from_string(text: str) -> VerifierConfig:
     starts from that preset (``REGIMES``), wherever it stands; the other keys override its fields."""
     kwargs = fields_from_string(VerifierConfig, text, "losses=nega+intra+inter_raw;curriculum=0.2", "fit config")
     return VerifierConfig.from_regime(kwargs.pop("regime", "ours"), **kwargs)
-
-
-@torch.no_grad()
-def normalization_stats(features: torch.Tensor, mask: torch.Tensor, mode: str,
-                        dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(mean, std)``, each ``(2, D)`` (row 0 = x+, row 1 = x-), from the real branches."""
-    if mode == "none":
-        return torch.zeros(2, dim), torch.ones(2, dim)
-    real = features[mask].float()  # (R, 2, D), R = real branches
-    mean = real.mean(dim=0)  # (2, D)
-    centred = real - mean  # (R, 2, D)
-    if mode == "mean":
-        std = centred.pow(2).mean().sqrt().expand(2, dim)  # (2, D), one shared scalar
-    else:
-        std = centred.std(dim=0, unbiased=False)  # (2, D)
-    return mean, std.clamp(min=1e-6)  # constant dimensions would divide by zero
 
 
 class Verifier(nn.Module):
@@ -283,7 +274,7 @@ def _check_inputs(features, mask, groups, labels, answer_ids) -> None:
 def unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids) -> dict:
     """Full-set unsupervised loss with a fixed representative draw, so restarts are comparable."""
     with torch.no_grad():
-        p_pos, p_neg = verifier.head(normalized)
+        p_pos, p_neg = normalized.head(verifier)
         gen = torch.Generator(device=normalized.device).manual_seed(config.seed)
         total, terms = total_loss(p_pos, p_neg, mask, groups, config.losses, gen, answer_ids=answer_ids,
                                   reduction=config.reduction)
@@ -333,16 +324,6 @@ def train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, 
     return history
 
 
-def normalized_inputs(features: torch.Tensor, mask: torch.Tensor,
-                      config: VerifierConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(normalized (Q, N, 2, D), mean (2, D), std (2, D))``: padding zeroed (it may hold garbage, and NaN * 0 is
-    NaN in matmul gradients), statistics from the real branches, computed once for every step of a fit."""
-    features = features.masked_fill(~mask[..., None, None], 0)
-    mean, std = (t.to(features.device) for t in normalization_stats(features, mask, config.normalize,
-                                                                     features.shape[-1]))
-    return (features.float() - mean) / std, mean, std
-
-
 def seeded_verifier(config: VerifierConfig, seed: int, mean: torch.Tensor, std: torch.Tensor) -> Verifier:
     """A fresh probe initialised from `seed` (without touching the global RNG), carrying the normalisation."""
     with torch.random.fork_rng(devices=[]):
@@ -376,7 +357,7 @@ def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                  if rows is not None else {})
         if labels is not None and rows is not None:
             with torch.no_grad():
-                sup, _ = total_loss(*verifier.head(normalized), mask, groups, "supervised", labels=labels)
+                sup, _ = total_loss(*normalized.head(verifier), mask, groups, "supervised", labels=labels)
             final["supervised"] = float(sup)
         if rows is None or not all(math.isfinite(v) for v in final.values()):
             warnings.warn(f"verifier restart {restart} hit a non-finite loss; skipping it")
