@@ -216,7 +216,8 @@ class Verifier(nn.Module):
 
     def normalize(self, features: torch.Tensor) -> torch.Tensor:
         """``(..., 2, D) -> (..., 2, D)`` with the stored statistics."""
-        return (features.to(self.norm_mean.dtype) - self.norm_mean) / self.norm_std
+        normalized = features.to(self.norm_mean.dtype, copy=True)  # in place below: one copy of a large input
+        return normalized.sub_(self.norm_mean).div_(self.norm_std)
 
     def head(self, normalized: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Probabilities from already-normalised ``(..., 2, D)`` features."""
@@ -265,7 +266,9 @@ def _check_inputs(features, mask, groups, labels, answer_ids) -> None:
         f"answer_ids must be (Q, N) = {tuple(features.shape[:2])}, got {tuple(answer_ids.shape)}")
     if not mask.any():
         raise ValueError("mask selects no branch: nothing to train on")
-    bad = int((~torch.isfinite(features[mask])).any(dim=(1, 2)).sum())
+    # 256 questions at a time: a whole-task boolean copy would cost what the streamed fit saves (fit_inputs.py)
+    bad = sum(int((~torch.isfinite(features[q: q + 256][mask[q: q + 256]])).any(dim=(1, 2)).sum())
+              for q in range(0, features.shape[0], 256))
     if bad:
         raise ValueError(f"features contain NaN/inf in {bad} real branch(es); "
                          "check the feature extraction (e.g. fp16 overflow) before fitting")
