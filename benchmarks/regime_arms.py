@@ -61,7 +61,8 @@ def docs_range(text: str) -> tuple[int, int]:
 
 def at_layer(results: list[LoverResult], layer: int, main: int) -> list[LoverResult]:
     """Copies of the results carrying `layer`'s features as their main ones (N, 2, D)."""
-    return [LoverResult(r.branches, r.features if layer == main else r.layer_features[layer], None, layer, r.prompt_ids)
+    return [LoverResult(r.branches, r.stored_features if layer == main else r.stored_layer_features[layer], None, layer,
+                        r.prompt_ids)
             for r in results]
 
 

@@ -102,16 +102,16 @@ def _result(features):
 def test_half_precision_features_are_stored_as_such_and_read_exactly():
     """bf16 hidden states are exact in bf16: kept so, read back as float32 with the same values, pickled (ranks,
     cache) at half the size, stacked by batch_results in bf16, and fit exactly as their float32 copy."""
-    features, mask, groups, *_ = planted(8, make_world(32), seed=7)
+    features, mask, groups, *_ = planted(8, make_world(512), seed=7)
     half = features.bfloat16()  # (Q, N, 2, D)
     exact = half.float()
-    results = [_result(half[q]) for q in range(8)]
+    results = [_result(half[q].clone()) for q in range(8)]
     assert results[0].stored_features.dtype == torch.bfloat16
     assert results[0].stored_layer_features[3].dtype == torch.bfloat16
     np.testing.assert_array_equal(results[0].features, exact[0].numpy())
     np.testing.assert_array_equal(results[0].layer_features[3], exact[0].numpy())
     assert results[0].features.dtype == np.float32
-    full = [_result(exact[q]) for q in range(8)]
+    full = [_result(exact[q].clone()) for q in range(8)]
     assert len(pickle.dumps(results)) < 0.6 * len(pickle.dumps(full))
     again = pickle.loads(pickle.dumps(results[0]))
     assert again.stored_features.dtype == torch.bfloat16 and torch.equal(again.stored_features, half[0])
@@ -147,3 +147,21 @@ def test_lover_hf_in_bfloat16_keeps_bf16_features_and_fits_them(tiny_model_dir):
         picks[gib] = lm.pipeline.select(results, "lover_sum")
         assert all(np.isfinite(r.scores("lover")).all() for r in results)
     assert picks[2] == picks[0]
+
+
+def test_a_layer_view_is_stored_alone_not_with_its_whole_tensor():
+    """The pipeline slices one layer out of (N, 2, L, D); stored as a view it would keep (and pickle) all L."""
+    every_layer = torch.randn(3, 2, 5, 64)  # (N, 2, L, D)
+    result = _result(every_layer[:, :, 0])
+    assert result.stored_features.untyped_storage().nbytes() == 3 * 2 * 64 * 4
+    assert len(pickle.dumps(result)) < 3 * 2 * 5 * 64 * 4  # less than the one (N, 2, L, D) tensor it came from
+
+
+def test_full_batch_fits_do_not_stream(caplog):
+    """Full-batch steps (batch_questions=0, the authors' regime) would rebuild the whole float32 copy every step:
+    the fit keeps the dense copy and says why."""
+    features, mask, *_ = planted(6, make_world(16), seed=2)
+    normalized, *_ = normalized_inputs(features, mask, VerifierConfig(batch_questions=0, max_dense_gib=0))
+    assert normalized.chunk is None
+    assert "cannot stream" in caplog.text
+    assert dense_chunk(torch.zeros(0, 4, 2, 8), 0) is None  # an empty task fits any budget (and does not crash)

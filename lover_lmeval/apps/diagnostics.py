@@ -99,18 +99,18 @@ def strategy_correct(results: list, gold: list[str], strategy: str, extract, ver
 def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[str], extract, extract_name: str,
                 layers: list[int], config=None) -> dict:
     """Refit the label-free verifier on each layer's features; accuracy (max/sum) and AUROC per layer."""
-    def features_at(r, layer):  # (N, 2, D) when the result already carries this layer
-        return r.features if layer == r.layer else r.layer_features.get(layer)
+    def features_at(r, layer):  # (N, 2, D) as stored, when the result already carries this layer
+        return r.stored_features if layer == r.layer else r.stored_layer_features.get(layer)
 
     stacked = []
     for i, r in enumerate(results):
         if all(features_at(r, layer) is not None for layer in layers):
-            stacked.append(np.stack([features_at(r, layer) for layer in layers], axis=2))  # (N, 2, L, D)
+            stacked.append(torch.stack([features_at(r, layer) for layer in layers], dim=2))  # (N, 2, L, D)
             continue
         if r.prompt_ids is None:
             raise ValueError(f"result {i} carries neither the features of layers {layers} nor its prompt_ids "
                              "(an older lm-eval request cache?): re-run without --use_cache to sweep layers.")
-        stacked.append(features_from_tokens(model, r.prompt_ids, r.branches, template_ids, layers).numpy())
+        stacked.append(features_from_tokens(model, r.prompt_ids, r.branches, template_ids, layers))
     sweep = {"layers": list(layers), "lover_max": [], "lover_sum": [], "auroc_pooled": []}
     for index, layer in enumerate(layers):
         at_layer = [LoverResult(r.branches, f[:, :, index], None, layer, r.prompt_ids)  # (N, 2, D)

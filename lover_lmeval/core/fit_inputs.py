@@ -10,12 +10,16 @@ Dimensions: Q questions, N branches, D hidden size; R real (unpadded) branches.
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import TYPE_CHECKING
 
 import torch
 
 if TYPE_CHECKING:
     from .verifier import Verifier, VerifierConfig
+
+log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -89,7 +93,7 @@ STREAM_CHUNK_GIB = 0.25
 def dense_chunk(features: torch.Tensor, max_dense_gib: float) -> int | None:
     """None when the float32 copy of ``features`` (Q, N, 2, D) fits in ``max_dense_gib``, else the questions per
     streamed chunk (as many as ``min(max_dense_gib, STREAM_CHUNK_GIB)`` holds, at least one)."""
-    per_question = 4 * features[0].numel()
+    per_question = 4 * math.prod(features.shape[1:])
     if per_question * features.shape[0] <= max_dense_gib * 2**30:
         return None
     return max(1, int(min(max_dense_gib, STREAM_CHUNK_GIB) * 2**30 // per_question))
@@ -100,8 +104,12 @@ def normalized_inputs(features: torch.Tensor, mask: torch.Tensor,
     """``(normalized (Q, N, 2, D), mean (2, D), std (2, D))``, statistics from the real branches, computed once for
     every step of a fit; streamed per chunk of questions above ``config.max_dense_gib``."""
     chunk = dense_chunk(features, config.max_dense_gib)
-    padded = features.masked_fill(~mask[..., None, None], 0) if chunk is None else features
-    mean, std = (t.to(features.device) for t in normalization_stats(padded, mask, config.normalize,
+    if chunk is not None and config.batch_questions == 0:
+        # Full-batch steps would rebuild the whole float32 copy at every step: no memory saved, only time lost.
+        log.warning("max_dense_gib=%s: this fit takes full-batch steps (batch_questions=0), so it cannot stream; "
+                    "it keeps the whole float32 copy. Set batch_questions to stream.", config.max_dense_gib)
+        chunk = None
+    mean, std = (t.to(features.device) for t in normalization_stats(features, mask, config.normalize,
                                                                      features.shape[-1], chunk))
     return NormalizedInputs(features, mask, mean, std, chunk), mean, std
 

@@ -30,9 +30,11 @@ STORED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def _stored(features) -> torch.Tensor:
     """A CPU tensor of `features` in a :data:`STORED_DTYPES` precision (float32 unless given as a half tensor)."""
     if isinstance(features, torch.Tensor) and features.dtype in STORED_DTYPES:
-        return features.detach().cpu()
-    array = np.asarray(features, dtype=np.float32)
-    return torch.from_numpy(array if array.flags.writeable else array.copy())  # torch refuses read-only buffers
+        stored = features.detach().cpu()
+        # A view into a bigger tensor (one layer of (N, 2, L, D)) would keep, and pickle, all of it.
+        return stored.clone() if stored.untyped_storage().nbytes() > stored.numel() * stored.element_size() else stored
+    array = np.ascontiguousarray(features, dtype=np.float32)  # torch refuses negative strides and read-only buffers
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
 
 
 def _rebuild(state: dict) -> "LoverResult":
@@ -68,7 +70,7 @@ class LoverResult(str):
 
     @property
     def features(self) -> np.ndarray | None:
-        """(N, 2, D) float32 (an upcast copy when stored in half precision)."""
+        """(N, 2, D) float32: an upcast copy when stored in half precision, else a view (edit neither; set it)."""
         return None if self.stored_features is None else self.stored_features.float().numpy()
 
     @features.setter
@@ -77,7 +79,7 @@ class LoverResult(str):
 
     @property
     def layer_features(self) -> dict[int, np.ndarray]:
-        """More layers' (N, 2, D) features, float32."""
+        """More layers' (N, 2, D) features, float32 (all upcast: read `stored_layer_features[layer]` for one)."""
         return {k: v.float().numpy() for k, v in self.stored_layer_features.items()}
 
     @property
