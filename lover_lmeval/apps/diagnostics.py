@@ -131,7 +131,8 @@ def cross_fit_supervised(results: list, gold: list[str], extract_name: str, fold
     labels = gold_labels(answers, gold, mask.shape[1])  # (Q, N)
     ids = answer_ids(answers, mask.shape[1])  # (Q, N); only a `balance` term in config's restart choice reads it
     fold_of = np.random.default_rng(seed).permutation(len(results)) % folds
-    scored = [LoverResult(r.branches, r.stored_features, dict(r.verifier_probs), r.layer, r.prompt_ids) for r in results]
+    scored = [LoverResult(r.branches, r.stored_features, dict(r.verifier_probs), r.layer, r.prompt_ids)
+              for r in results]
     for fold in range(folds):
         train = torch.from_numpy(fold_of != fold)
         verifier = fit(features[train], mask[train], groups[train], config or VerifierConfig(seed=seed),
