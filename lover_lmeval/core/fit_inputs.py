@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:
-    from .verifier import Verifier, VerifierConfig
+from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +74,7 @@ class NormalizedInputs:
             return self._dense[idx]
         return self._normalize(self._features[idx], self._mask[idx])
 
-    def head(self, verifier: Verifier) -> tuple[torch.Tensor, torch.Tensor]:
+    def head(self, verifier: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         """``verifier.head`` on every question: (p+, p-), each (Q, N)."""
         if self._dense is not None:
             return verifier.head(self._dense)
@@ -100,9 +97,10 @@ def dense_chunk(features: torch.Tensor, max_dense_gib: float) -> int | None:
 
 
 def normalized_inputs(features: torch.Tensor, mask: torch.Tensor,
-                      config: VerifierConfig) -> tuple[NormalizedInputs, torch.Tensor, torch.Tensor]:
+                      config) -> tuple[NormalizedInputs, torch.Tensor, torch.Tensor]:
     """``(normalized (Q, N, 2, D), mean (2, D), std (2, D))``, statistics from the real branches, computed once for
-    every step of a fit; streamed per chunk of questions above ``config.max_dense_gib``."""
+    every step of a fit; streamed per chunk of questions above ``config.max_dense_gib``. ``config`` is the fit's
+    ``VerifierConfig`` (not imported: verifier.py imports this module)."""
     chunk = dense_chunk(features, config.max_dense_gib)
     if chunk is not None and config.batch_questions == 0:
         # Full-batch steps would rebuild the whole float32 copy at every step: no memory saved, only time lost.
@@ -114,7 +112,7 @@ def normalized_inputs(features: torch.Tensor, mask: torch.Tensor,
     return NormalizedInputs(features, mask, mean, std, chunk), mean, std
 
 
-def verifier_on(verifier: Verifier, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def verifier_on(verifier: nn.Module, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``verifier(features)`` on (Q, N, 2, D) -> (p+, p-), each (Q, N): a chunk of questions at a time when the
     float32 copy it makes would exceed the verifier's ``max_dense_gib``, the whole set at once otherwise."""
     chunk = dense_chunk(features, verifier.config.max_dense_gib)
