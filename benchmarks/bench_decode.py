@@ -209,8 +209,8 @@ def run_lm_eval(folder: Path, k: int, max_new_tokens: int, batch_size: str, toke
     """Time `lm_eval --model hf` on K questions, and the same command's fixed cost (see module doc)."""
     exe = REPO / ".venv" / "bin" / "lm_eval"
     exe = str(exe) if exe.exists() else (shutil.which("lm_eval") or "lm_eval")
-    base = [exe, "--model", "hf", "--model_args", f"pretrained={folder},dtype={dtype}", "--device", device, "--tasks", BENCH_TASK,
-            "--include_path", str(REPO / "benchmarks" / "tasks"), "--batch_size", str(batch_size)]
+    base = [exe, "--model", "hf", "--model_args", f"pretrained={folder},dtype={dtype}", "--device", device,
+            "--tasks", BENCH_TASK, "--include_path", str(REPO / "benchmarks" / "tasks"), "--batch_size", str(batch_size)]
     runs = {}
     for name, extra in (("overhead", ["--limit", "1", "--gen_kwargs", "max_gen_toks=1"]),
                         ("full", ["--limit", str(k), "--gen_kwargs", f"max_gen_toks={max_new_tokens}",
@@ -337,13 +337,15 @@ def main(argv=None):
 
     # Warm-up (first-call allocations): not timed.
     decode_branches(model, tok, [prompts[0]], cfg, 2, until, eos_ids, pad_id)
-    lm._model_generate(torch.tensor([prompts[0]], device=model.device), max_length=len(prompts[0]) + 2, stop=until, do_sample=False)
+    lm._model_generate(torch.tensor([prompts[0]], device=model.device), max_length=len(prompts[0]) + 2, stop=until,
+                       do_sample=False)
 
     def generate_greedy(batch):
         """lm-eval's own greedy path (`HFLM._model_generate`: `generate` with lm-eval's stop-sequence
         criteria) on a left-padded batch of prompts -> generated ids per prompt."""
         width = max(len(p) for p in batch)
-        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch], device=model.device)  # (B, P) left-padded
+        # (B, P), left-padded
+        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch], device=model.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=model.device)
         with torch.inference_mode():
             out = lm._model_generate(ids, max_length=width + max_new, stop=until, do_sample=False,

@@ -69,7 +69,7 @@ class NormalizedInputs:
         normalized = features.masked_fill(~mask[..., None, None], 0).float()  # a copy: safe to work in place
         return normalized.sub_(self.mean).div_(self.std)  # in place: one float32 copy, not three
 
-    def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
+    def __getitem__(self, idx: torch.Tensor | slice) -> torch.Tensor:
         if self._dense is not None:
             return self._dense[idx]
         return self._normalize(self._features[idx], self._mask[idx])
@@ -78,8 +78,13 @@ class NormalizedInputs:
         """``verifier.head`` on every question: (p+, p-), each (Q, N)."""
         if self._dense is not None:
             return verifier.head(self._dense)
-        parts = [verifier.head(self[idx]) for idx in torch.arange(self.shape[0], device=self.device).split(self.chunk)]
-        return torch.cat([p for p, _ in parts]), torch.cat([n for _, n in parts])
+        return _over_chunks(lambda span: verifier.head(self[span]), self.shape[0], self.chunk)
+
+
+def _over_chunks(probabilities, n_questions: int, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``probabilities(slice)`` -> (p+, p-) for each chunk of questions, concatenated: (p+, p-), each (Q, N)."""
+    parts = [probabilities(slice(q, q + chunk)) for q in range(0, n_questions, chunk)]
+    return torch.cat([p for p, _ in parts]), torch.cat([n for _, n in parts])
 
 
 #: Float32 bytes (GiB) normalised at once when a fit streams: big enough for full-speed tensor ops, small next to
@@ -118,5 +123,4 @@ def verifier_on(verifier: nn.Module, features: torch.Tensor) -> tuple[torch.Tens
     chunk = dense_chunk(features, verifier.config.max_dense_gib)
     if chunk is None:
         return verifier(features)
-    parts = [verifier(features[q: q + chunk]) for q in range(0, features.shape[0], chunk)]
-    return torch.cat([p for p, _ in parts]), torch.cat([n for _, n in parts])
+    return _over_chunks(lambda span: verifier(features[span]), features.shape[0], chunk)

@@ -28,7 +28,7 @@ from .config import LoverConfig
 from .decoding import decode_branches
 from .features import assertion_features, features_from_tokens
 from .loading import cache_dir, model_identity
-from .results import LoverResult
+from .results import STORED_DTYPES, LoverResult
 from .scoring import fit_on_results, unparsed_counts, warn_if_constant_answer, warn_if_one_sided
 from .selection import select
 
@@ -54,7 +54,7 @@ class Pipeline:
             where = cache_dir() / "features" if bank.feature_cache == DEFAULT_FEATURE_CACHE else bank.feature_cache
             self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
         # Features are kept as computed: in a half-precision model's own dtype, otherwise float32 (results.py).
-        self.stored_dtype = model.dtype if model.dtype in (torch.bfloat16, torch.float16) else torch.float32
+        self.stored_dtype = model.dtype if model.dtype in STORED_DTYPES else torch.float32
         self.verifiers, self.verifier_meta, self.verifier_ids = {}, {}, {}
         self.fits: dict[str, dict] = {}  # task -> what its test-time fit saw and made (provenance in the results)
         for name, path in self.config.selection.checkpoints().items():
