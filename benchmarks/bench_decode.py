@@ -53,10 +53,12 @@ MODEL_NAME = "qwen2.5-coder-0.5b-instruct"
 DEFAULT_GGUF = Path.home() / ".cache" / "lover-models" / f"{MODEL_NAME}.gguf"
 BENCH_TASK = "bench_gsm8k_sc10"
 LOVER_TASK = "lover_gsm8k"
-TARGETS = {  # ratio name -> (target, "le" = lower is better)
+TARGETS = {  # ratio name -> target (lower is better)
     "branches_over_greedy": 3.0,
     "branches_over_lm_eval_repeats10": 0.5,
     "features_over_decode": 0.05,
+    "continuous_over_greedy_batched": 1.3,  # issue Speed
+    "continuous_over_lm_eval_repeats10": 0.25,
 }
 
 
@@ -78,6 +80,8 @@ def parse_args(argv=None):
                    help="torch / OpenMP threads for every method, lm-eval's subprocess included (default: torch's "
                         "default). On a shared, oversubscribed CPU, 1 avoids OpenMP spin-wait collapse.")
     p.add_argument("--skip-own-greedy", action="store_true", help="skip the decode_branches n_branches=1 baseline")
+    p.add_argument("--skip-reencode", action="store_true",
+                   help="skip the full re-encode baseline of the features (~38 s a question for the 0.5B on 2 cores)")
     p.add_argument("--profile", action="store_true",
                    help="also cProfile decode + features of question 0 and store the top functions")
     p.add_argument("--dtype", default="float32", help="weights and activations of every method (default float32)")
@@ -279,6 +283,8 @@ def markdown(res) -> str:
 
     add(f"N={res['n_branches']} CoT branches (decode_branches, {res['batch_size']} question(s) per batch)", "branches",
         "tokens = decoding steps summed over branches")
+    add(f"N={res['n_branches']} CoT branches, continuous batching ({res['batch_size'] * res['n_branches']} rows)",
+        "branches_continuous", "all Q questions in one call")
     add("Assertion features (KV-cache reuse)", "features", "tokens = template (+ missing) tokens run")
     add("Full re-encode prompt+branch+template", "reencode", "tokens = tokens encoded, 16 rows/pass")
     add("Greedy: lm-eval HFLM._model_generate, 1 question per call", "greedy_generate", "incl. EOS / stop tokens")
@@ -373,10 +379,11 @@ def main(argv=None):
             feats, rec["features_s"] = timed(assertion_features, model, branches, caches, lm.pipeline.template_ids, lm.pipeline.layer)
             rec["features_tokens"] = sum(max(0, len(br.token_ids) - (c.length - c.prompt_length)) + len(t)
                                          for br, c in zip(branches, caches) for t in lm.pipeline.template_ids)
-            (ref, ref_tokens), rec["reencode_s"] = timed(reencode_features, model, prompt, branches,
-                                                         lm.pipeline.template_ids, lm.pipeline.layer)
-            rec["reencode_tokens"] = ref_tokens
-            rec["features_max_abs_diff_vs_reencode"] = float((ref - feats).abs().max())
+            if not args.skip_reencode:
+                (ref, ref_tokens), rec["reencode_s"] = timed(reencode_features, model, prompt, branches,
+                                                             lm.pipeline.template_ids, lm.pipeline.layer)
+                rec["reencode_tokens"] = ref_tokens
+                rec["features_max_abs_diff_vs_reencode"] = float((ref - feats).abs().max())
             (greedy_ids,), rec["greedy_generate_s"] = timed(generate_greedy, [prompt])
             rec["greedy_generate_tokens"] = len(greedy_ids)
             rec["branch0_equals_generate_greedy"] = branches[0].text == cut_text(greedy_ids)
@@ -389,10 +396,12 @@ def main(argv=None):
                 rec["greedy_own_tokens"] = c1[0][0].length - c1[0][0].prompt_length + 1
                 rec["own_greedy_equals_generate_greedy"] = b1[0][0].text == cut_text(greedy_ids)
             rec["loadavg_after"] = loadavg()
+            rec["branch_token_ids"] = [br.token_ids for br in branches]
             per_q.append(rec)
+            reencode = ("" if args.skip_reencode else f" | re-encode {rec['reencode_s']:.2f}s "
+                        f"(diff {rec['features_max_abs_diff_vs_reencode']:.1e})")
             print(f"[bench] q{qi}: prompt {len(prompt)} tok | {sum(rec['branch_steps'])} branch tok, max "
-                  f"{max(rec['branch_steps'])} | features {rec['features_s']:.2f}s | re-encode {rec['reencode_s']:.2f}s "
-                  f"(diff {rec['features_max_abs_diff_vs_reencode']:.1e}) | greedy {rec['greedy_generate_s']:.1f}s "
+                  f"{max(rec['branch_steps'])} | features {rec['features_s']:.2f}s{reencode} | greedy {rec['greedy_generate_s']:.1f}s "
                   f"({len(greedy_ids)} tok)" + ("" if args.skip_own_greedy else f" | own n=1 {rec['greedy_own_s']:.1f}s")
                   + f" | load {rec['loadavg_after']}", flush=True)
         brec["loadavg_after"] = loadavg()
@@ -401,6 +410,19 @@ def main(argv=None):
               + (f" | greedy batched {brec['greedy_batched_s']:.1f}s" if b > 1 else ""), flush=True)
 
     q = len(per_q)
+    # Continuous batching: all Q questions through the same B*N rows, a question joining as soon as one has ended.
+    la0 = loadavg()
+    (continuous, continuous_caches), continuous_s = timed(decode_branches, model, tok, prompts, cfg, max_new, until,
+                                                          eos_ids, pad_id, max_rows=b * args.n_branches)
+    same = sum(br.token_ids == ids for rec, q_branches in zip(per_q, continuous)
+               for br, ids in zip(q_branches, rec["branch_token_ids"]))
+    continuous_rec = {"seconds": continuous_s, "max_rows": b * args.n_branches, "loadavg_before": la0,
+                      "loadavg_after": loadavg(), "branches_equal_to_batch_by_batch": same,
+                      "branches": q * args.n_branches,
+                      "tokens": sum(c.length - c.prompt_length + 1 for qc in continuous_caches for c in qc)}
+    print(f"[bench] continuous batching, {b * args.n_branches} rows: {continuous_s:.1f}s, {same} of "
+          f"{q * args.n_branches} branches token-identical to batch by batch", flush=True)
+    del continuous_caches
 
     def total(key, rows=per_q):
         return sum(r[key] for r in rows)
@@ -409,9 +431,11 @@ def main(argv=None):
         "branches": {"questions": q, "seconds": total("branches_s", per_batch),
                      "tokens": sum(sum(r["branch_steps"]) for r in per_q)},
         "features": {"questions": q, "seconds": total("features_s"), "tokens": total("features_tokens")},
-        "reencode": {"questions": q, "seconds": total("reencode_s"), "tokens": total("reencode_tokens")},
+        "branches_continuous": {"questions": q, "seconds": continuous_s, "tokens": continuous_rec["tokens"]},
         "greedy_generate": {"questions": q, "seconds": total("greedy_generate_s"), "tokens": total("greedy_generate_tokens")},
     }
+    if not args.skip_reencode:
+        methods["reencode"] = {"questions": q, "seconds": total("reencode_s"), "tokens": total("reencode_tokens")}
     if b > 1:
         methods["greedy_batched"] = {"questions": q, "seconds": total("greedy_batched_s", per_batch),
                                      "tokens": total("greedy_batched_tokens")}
@@ -435,10 +459,16 @@ def main(argv=None):
         "branches_over_lm_eval_repeats10": (methods["branches_k"]["seconds"] / methods["lm_eval"]["seconds"]
                                             if lm_eval_res else None),
         "features_over_decode": methods["features"]["seconds"] / methods["branches"]["seconds"],
-        "features_over_reencode": methods["features"]["seconds"] / methods["reencode"]["seconds"],
+        "continuous_over_greedy": continuous_s / methods["greedy_generate"]["seconds"],
+        "continuous_over_lm_eval_repeats10": (continuous_s / methods["lm_eval"]["seconds"]
+                                              if lm_eval_res and k == q else None),
+        "continuous_over_batch_by_batch": continuous_s / methods["branches"]["seconds"],
     }
+    if "reencode" in methods:
+        ratios["features_over_reencode"] = methods["features"]["seconds"] / methods["reencode"]["seconds"]
     if "greedy_batched" in methods:
         ratios["branches_over_greedy_batched"] = methods["branches"]["seconds"] / methods["greedy_batched"]["seconds"]
+        ratios["continuous_over_greedy_batched"] = continuous_s / methods["greedy_batched"]["seconds"]
     if "greedy_own" in methods:
         ratios["branches_over_own_greedy"] = methods["branches"]["seconds"] / methods["greedy_own"]["seconds"]
         ratios["own_greedy_over_generate_greedy"] = methods["greedy_own"]["seconds"] / methods["greedy_generate"]["seconds"]
@@ -453,7 +483,7 @@ def main(argv=None):
         "n_questions": q, "n_branches": args.n_branches, "max_new_tokens": max_new, "batch_size": b,
         "task": LOVER_TASK, "stop_strings": until, "bench_task": bench_task,
         "lover_load_s": load_s,
-        "methods": methods, "ratios": ratios, "targets": TARGETS,
+        "methods": methods, "ratios": ratios, "targets": TARGETS, "continuous": continuous_rec,
         "lm_eval": lm_eval_res,
         "per_question": per_q, "per_batch": per_batch,
         "loadavg_end": loadavg(),

@@ -50,13 +50,15 @@ def main() -> int:
     todo = [c for c, banked in zip(contexts, lm.in_bank(contexts, gen_kwargs)) if not banked]
     print(f"{args.task}/{args.split} docs {start}:{end}: {len(contexts) - len(todo)} banked, {len(todo)} to decode",
           flush=True)
-    batch = lm.batch_size if isinstance(lm.batch_size, int) else 1
-    for offset in range(0, len(todo), batch):
-        begin = time.perf_counter()
-        lm.run_contexts(todo[offset: offset + batch], gen_kwargs)
-        print(f"{time.strftime('%H:%M:%S')} decoded {min(offset + batch, len(todo))}/{len(todo)} "
-              f"({time.perf_counter() - begin:.0f} s for {len(todo[offset: offset + batch])}); bank {len(lm.pipeline.bank)}",
-              flush=True)
+    began, count = time.perf_counter(), [0]
+
+    def progress(indices, results) -> None:  # each question as it is banked (continuous batching: any order)
+        count[0] += len(indices)
+        print(f"{time.strftime('%H:%M:%S')} decoded {count[0]}/{len(todo)} ({time.perf_counter() - began:.0f} s); "
+              f"bank {len(lm.pipeline.bank)}", flush=True)
+
+    # All at once: batch_size x N rows, a question joining as soon as another ends; each is banked when done.
+    lm.run_contexts(todo, gen_kwargs, on_done=progress)
     return 0
 
 

@@ -36,7 +36,7 @@ def features_early_exit(model, branches, caches, template_ids, layer, rows_per_p
     """assertion_features, but the forward stops after the block producing hidden_states[layer]."""
     import torch
 
-    from lover_lmeval.core.decoding import extend_with_tokens
+    from lover_lmeval.core.kv import extend_with_tokens
     from lover_lmeval.core.features import _trim
 
     jobs = []

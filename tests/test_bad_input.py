@@ -65,6 +65,9 @@ TABLE = [
     ({"decoding": "sample", "top_p": "1.5"}, ["top_p=1.5", "(0, 1]"]),
     ({"top_p": "x"}, ["top_p", "'x'", "a number"]),
     ({"seed": "1.5"}, ["seed", "'1.5'", "integer"]),
+    ({"continuous_batching": "sometimes"}, ["continuous_batching", "'sometimes'", "true or false"]),
+    ({"max_rows": "5"}, ["max_rows=5 is fewer than n_branches=10", "max_rows >= 10"]),
+    ({"max_rows": "many"}, ["max_rows", "'many'", "integer"]),
     ({"layer": "99"}, ["layer=99", "out of range", "0..4"]),
     ({"layer": "middle"}, ["layer", "'middle'", "integer"]),
     ({"extra_layers": "1;x"}, ["extra_layers", "'1;x'", "15;18"]),
@@ -103,7 +106,7 @@ def test_bad_model_arg_is_named_before_any_decoding(args, needles, tiny_model_di
     def no_decoding(*a, **k):
         raise AssertionError("decoding started before the bad input was reported")
 
-    monkeypatch.setattr("lover_lmeval.core.pipeline.decode_branches", no_decoding)
+    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
     resolved = {k: _resolve(v, tmp_path, tiny_model_dir) for k, v in args.items()}
     with pytest.raises(ValueError) as error:
         LoverLM(pretrained=str(tiny_model_dir), **resolved)
@@ -169,7 +172,7 @@ def test_a_bad_filter_is_named_before_any_decoding(strategy, extract, needles, t
     def no_decoding(*a, **k):
         raise AssertionError("decoding started before the bad filter was reported")
 
-    monkeypatch.setattr("lover_lmeval.core.pipeline.decode_branches", no_decoding)
+    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2)
     with pytest.raises(ValueError) as error:
         simple_evaluate(model=lm, tasks=["my_task"], limit=1, task_manager=TaskManager(include_path=str(folder)))
@@ -184,7 +187,7 @@ def test_lover_rows_without_any_verifier_are_refused_before_decoding(tiny_model_
     def no_decoding(*a, **k):
         raise AssertionError("decoding started before the missing verifier was reported")
 
-    monkeypatch.setattr("lover_lmeval.core.pipeline.decode_branches", no_decoding)
+    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier="None")
     with pytest.raises(ValueError, match="reads the scores of verifier 'lover'.*pass verifier=fit"):
         simple_evaluate(model=lm, tasks=["lover_gsm8k"], limit=1)

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from lover_lmeval.core.decoding import DecodingConfig, decode_branches
+from lover_lmeval.core.decoding import DecodingConfig, decode_branches, iter_branches
 
 PROMPTS = ["Question: Tom has 3 apples and buys 4 more. How many apples?\nAnswer:", "Hi"]
 
 
-def _decode(model, tokenizer, mode="cot", n=4, max_new=12, stop=(), eos=None, prompts=PROMPTS, on_question=None,
+def _decode(model, tokenizer, mode="cot", n=4, max_new=12, stop=(), eos=None, prompts=PROMPTS, max_rows=None,
             **kw):
     ids = [tokenizer.encode(p) for p in prompts]
     eos_ids = {tokenizer.eos_token_id} if eos is None else eos
     return decode_branches(model, tokenizer, ids, DecodingConfig(n_branches=n, mode=mode, **kw), max_new,
-                           list(stop), eos_ids, tokenizer.pad_token_id, on_question=on_question)
+                           list(stop), eos_ids, tokenizer.pad_token_id, max_rows)
 
 
 def _greedy(model, tokenizer, prompt, max_new):
@@ -98,17 +100,158 @@ def test_bad_decoding_config_names_the_value(kwargs, message):
 
 
 def test_each_question_is_handed_over_as_soon_as_its_own_branches_end(tiny_model, tokenizer):
-    """The bank writes a question from `on_question`: question 1's two branches end at once (their first tokens
-    count as EOS here) and are handed over after the prefill alone, while question 0 still decodes to its budget
-    of 12 tokens (1 prefill + 11 steps), not at the end of the batch."""
+    """The bank writes a question when `iter_branches` yields it: question 1's two branches end at once (their first
+    tokens count as EOS here) and are handed over after the prefill alone, while question 0 still decodes to its
+    budget of 12 tokens (1 prefill + 11 steps), not at the end of the batch."""
     firsts = [tiny_model(torch.tensor([tokenizer.encode(p)])).logits[0, -1].topk(2).indices.tolist() for p in PROMPTS]
     assert not set(firsts[0]) & set(firsts[1]), "the test needs disjoint first tokens"
     forwards, handed = [], []
     hook = tiny_model.register_forward_hook(lambda *args: forwards.append(1))
     try:
-        branches, _ = _decode(tiny_model, tokenizer, n=2, max_new=12, eos=set(firsts[1]),
-                              on_question=lambda q, b: handed.append((q, len(forwards), b)))
+        for q, q_branches, _ in iter_branches(tiny_model, tokenizer, [tokenizer.encode(p) for p in PROMPTS],
+                                              DecodingConfig(n_branches=2), 12, [], set(firsts[1]),
+                                              tokenizer.pad_token_id):
+            handed.append((q, len(forwards), q_branches))
     finally:
         hook.remove()
+    branches, _ = _decode(tiny_model, tokenizer, n=2, max_new=12, eos=set(firsts[1]))
     assert [(q, count) for q, count, _ in handed] == [(1, 1), (0, 12)]
     assert [b for _, _, b in sorted(handed, key=lambda h: h[0])] == branches
+
+
+QUESTIONS = [f"Question: {name} has {a} apples and buys {b} more. How many apples?\nAnswer:"
+             for name, a, b in [("Tom", 3, 4), ("Ann", 12, 9), ("Bo", 1, 1), ("Eve", 250, 37), ("Li", 8, 80)]]
+
+
+def _alone(model, tokenizer, mode, max_new, eos, **kw):
+    """One question per call: every branch decoded with nothing else in its batch."""
+    return [_decode(model, tokenizer, mode, n=3, max_new=max_new, eos=eos, prompts=[q], **kw)[0][0]
+            for q in QUESTIONS]
+
+
+@pytest.fixture(scope="module")
+def smollm2_model(smollm2_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("mode, kw", [("cot", {}), ("sample", {"seed": 5, "temperature": 0.7, "top_p": 0.95})])
+def test_continuous_batching_gives_the_branches_of_each_question_decoded_alone(request, tokenizer, mode, kw):
+    """Five questions of 3 branches through 3, 6 or 7 rows, or all 15 at once: questions join as others end (two
+    tokens taken as EOS end branches at different steps). Every branch is token-identical to decoding its question
+    alone, for `cot` and for `sample` (each question draws from its own generator, `question_seed`).
+
+    Which rows share a step moves float rounding in the logits (1e-6 here); argmax never notices, but a sampled
+    draw that lands within that rounding of a bucket edge of the cumulative distribution would. Over the random
+    tiny model's nearly flat 49k-token distribution such draws are common, so `sample` runs on the real SmolLM2
+    (peaked distributions, as users' models give) at the default temperature and top-p; its sampled branches still
+    differ from each other and from greedy."""
+    model = request.getfixturevalue("tiny_model" if mode == "cot" else "smollm2_model")
+    free = _alone(model, tokenizer, mode, 14, set(), **kw)
+    eos = {free[0][1].token_ids[4], free[3][0].token_ids[7]}
+    alone = _alone(model, tokenizer, mode, 14, eos, **kw)
+    ends = sorted({len(b.token_ids) for q in alone for b in q})
+    assert len(ends) >= 3 and {"eos", "length"} <= {b.finish_reason for q in alone for b in q}, ends
+    if mode == "sample":
+        greedy = _alone(model, tokenizer, "cot", 14, eos)
+        assert all(len({tuple(b.token_ids) for b in q}) == 3 for q in alone)
+        assert [b.token_ids for q in alone for b in q] != [b.token_ids for q in greedy for b in q]
+    for max_rows in (3, 6, 7, None):
+        batched, _ = _decode(model, tokenizer, mode, n=3, max_new=14, eos=eos, prompts=QUESTIONS,
+                             max_rows=max_rows, **kw)
+        for q_alone, q_batched in zip(alone, batched):
+            assert [b.token_ids for b in q_batched] == [b.token_ids for b in q_alone], max_rows
+            assert [b.finish_reason for b in q_batched] == [b.finish_reason for b in q_alone]
+            for one, other in zip(q_alone, q_batched):  # the real model's larger logits round coarser
+                assert one.margins == pytest.approx(other.margins, abs=1e-5 if mode == "cot" else 1e-4)
+
+
+def test_finished_rows_are_refilled_and_the_row_budget_holds(tiny_model, tokenizer):
+    """Question 0's branches end after their first token (it is EOS here); with 6 rows for 3-branch questions, the
+    third question takes those rows at once, so questions 1 and 2 decode side by side: 11 steps for all three
+    (the budget is 12 tokens), where batches of two questions would take 11 + 11."""
+    prompts = [tokenizer.encode(q) for q in ["Hi", QUESTIONS[0], QUESTIONS[1]]]
+    eos = set(tiny_model(torch.tensor([prompts[0]])).logits[0, -1].topk(3).indices.tolist())
+    later = [tiny_model(torch.tensor([p])).logits[0, -1].topk(3).indices.tolist() for p in prompts[1:]]
+    assert not eos & set(later[0] + later[1]), "the test needs question 0's first tokens to be the others' EOS only"
+    rows = []
+    hook = tiny_model.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape),
+                                            with_kwargs=True)
+    try:
+        order = [q for q, _, _ in iter_branches(tiny_model, tokenizer, prompts, DecodingConfig(n_branches=3), 12,
+                                                [], eos, tokenizer.pad_token_id, max_rows=6)]
+    finally:
+        hook.remove()
+    steps = [shape[0] for shape in rows if shape[1] == 1]  # (A, 1) decoding steps; prefills are wider
+    assert order == [0, 1, 2]
+    assert len(steps) == 11 and max(steps) == 6
+
+
+def test_row_budget_below_one_question_is_refused_before_decoding():
+    from lover_lmeval.core.config import LoverConfig
+
+    with pytest.raises(ValueError, match="max_rows=5 is fewer than n_branches=10.*max_rows >= 10"):
+        LoverConfig.from_model_args({"max_rows": "5"})
+    with pytest.raises(ValueError, match="max_rows=0 must be >= 1"):
+        LoverConfig.from_model_args({"max_rows": "0"})
+
+
+def test_continuous_batching_reproduces_a_committed_bank_of_the_real_model(smollm2_dir, tokenizer):
+    """The real SmolLM2-135M (fp32) on four banked GSM8K test prompts (`benchmarks/banks/smollm2-135m-instruct/`,
+    decoded batch by batch, 10 questions a batch, before continuous batching existed), now through 20 rows: two
+    questions decode at a time and the others join as rows free up. The record keys are recomputed from these
+    settings (so the bank was decoded with them) and every branch comes back token for token, with the same finish
+    reason and margins. The four are the bank's shortest (longest branch 89-145 tokens), to keep the test short."""
+    from dataclasses import asdict
+
+    from transformers import AutoModelForCausalLM
+
+    from lover_lmeval.core.bank import record_key
+    from lover_lmeval.core.bank_store import open_store
+    from lover_lmeval.core.loading import default_gguf, model_identity, sha256_file
+    from lover_lmeval.core.pipeline import Pipeline
+
+    bank = Path(__file__).resolve().parents[1] / "benchmarks/banks/smollm2-135m-instruct/lover_gsm8k-test.jsonl.gz"
+    records = list(open_store(bank).records())
+    records = sorted(records, key=lambda r: max(len(b["token_ids"]) for b in r["branches"]))[:4]
+    until, config = ["Question:", "</s>", "<|im_end|>", "<|endoftext|>"], DecodingConfig()
+    identity = model_identity(str(smollm2_dir), sha256_file(default_gguf()), None)
+    settings = {"decoding": asdict(config), "until": until, "max_gen_toks": 256}
+    assert [record_key(identity, r["prompt_ids"], settings) for r in records] == [r["key"] for r in records]
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    branches, _ = decode_branches(model, tokenizer, [r["prompt_ids"] for r in records], config, 256, until,
+                                  Pipeline(model, tokenizer).eos_ids(), tokenizer.pad_token_id, max_rows=20)
+    for record, q_branches in zip(records, branches):
+        assert [b.token_ids for b in q_branches] == [b["token_ids"] for b in record["branches"]]
+        assert [b.finish_reason for b in q_branches] == [b["finish_reason"] for b in record["branches"]]
+        for branch, banked in zip(q_branches, record["branches"]):
+            assert branch.margins == pytest.approx(banked["margins"], abs=1e-4)
+
+
+def test_each_question_samples_from_its_own_seed(tiny_model, tokenizer):
+    """`question_seed` depends on the run's seed and the prompt only: the same prompt twice in one batch draws the
+    same branches (its draws do not depend on its place or batch-mates), two prompts draw different streams, and the
+    value is pinned (sha256 of `[seed, prompt]`, the same on every machine: a bank key relies on it)."""
+    import hashlib
+    from dataclasses import asdict
+
+    from lover_lmeval.core.bank import record_key
+    from lover_lmeval.core.config import LoverConfig
+    from lover_lmeval.core.decoding import question_seed
+    from lover_lmeval.core.pipeline import Pipeline
+
+    assert question_seed(1234, [1, 2, 3]) == question_seed(1234, [1, 2, 3]) != question_seed(1234, [1, 2, 4])
+    assert question_seed(1234, [1, 2, 3]) != question_seed(1235, [1, 2, 3])
+    assert question_seed(0, []) == int.from_bytes(hashlib.sha256(b"[0, []]").digest()[:8], "little") >> 1
+    twice, _ = _decode(tiny_model, tokenizer, mode="sample", n=3, max_new=6, seed=3, temperature=1.0, top_p=0.9,
+                       prompts=[QUESTIONS[0], QUESTIONS[1], QUESTIONS[0]])
+    assert [b.token_ids for b in twice[0]] == [b.token_ids for b in twice[2]]
+    assert [b.token_ids for b in twice[0]] != [b.token_ids for b in twice[1]]
+    # Records drawn the old way (one generator shared by a batch) keep their keys; these never take them.
+    sample = DecodingConfig(mode="sample")
+    pipeline = Pipeline(tiny_model, tokenizer, LoverConfig(decoding=sample), model_name="tiny")
+    old = record_key("tiny", [5, 6], {"decoding": asdict(sample), "until": [], "max_gen_toks": 8})
+    assert pipeline.record_keys([[5, 6]], [], 8) != [old]
+    assert Pipeline(tiny_model, tokenizer, model_name="tiny").record_keys([[5, 6]], [], 8) == [
+        record_key("tiny", [5, 6], {"decoding": asdict(DecodingConfig()), "until": [], "max_gen_toks": 8})]

@@ -14,18 +14,31 @@ def _reencode(model, ids: list[int], layer: int) -> torch.Tensor:
     return out.hidden_states[layer][0, -1]
 
 
-@pytest.mark.parametrize("mode", ["cot", "beam"])
-def test_features_equal_full_reencode_for_padded_batched_branches(tiny_model, tokenizer, mode):
-    # Two prompts of different lengths (left padding) and a stop string that ends some branches
+@pytest.mark.parametrize("mode, max_rows", [("cot", None), ("cot", 8), ("beam", None)])
+def test_features_equal_full_reencode_for_padded_batched_branches(tiny_model, tokenizer, mode, max_rows):
+    # Prompts of different lengths (left padding) and a stop string that ends some branches
     # early (their caches hold tokens beyond the kept text) while others run out of budget (their
-    # last token was never fed): every cache-trimming path is exercised.
-    prompts = [tokenizer.encode("Question: what is two plus five?\nAnswer:"), tokenizer.encode("Hello")]
+    # last token was never fed): every cache-trimming path is exercised. With 8 rows, the third
+    # prompt joins the running batch when the second question's branches end early (EOS after a
+    # few tokens): the running rows are padded anew to the joining prompt's width.
+    prompts = [tokenizer.encode("Question: what is two plus five?\nAnswer:"), tokenizer.encode("Hello"),
+               tokenizer.encode("Question: and what is three times three, my friend?\nAnswer:")]
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
     free, _ = decode_branches(tiny_model, tokenizer, prompts, DecodingConfig(4, mode), 10, [], {-1},
                               tokenizer.pad_token_id)
     stop = free[0][1].text[-4:-2]
-    branches, caches = decode_branches(tiny_model, tokenizer, prompts, DecodingConfig(4, mode), 10, [stop],
-                                       {-1}, tokenizer.pad_token_id)
+    eos = {b.token_ids[1] for b in free[1]}
+    steps = []
+    hook = tiny_model.register_forward_hook(lambda module, args, kwargs, out: steps.append(kwargs["input_ids"].shape),
+                                            with_kwargs=True)
+    try:
+        branches, caches = decode_branches(tiny_model, tokenizer, prompts, DecodingConfig(4, mode), 10, [stop],
+                                           eos, tokenizer.pad_token_id, max_rows)
+    finally:
+        hook.remove()
+    widths = [shape[1] for shape in steps]  # 1 for a decoding step, the prompt width for a prefill
+    if max_rows:
+        assert widths.index(1) < max(i for i, w in enumerate(widths) if w > 1), f"no question joined: {widths}"
     reasons = {b.finish_reason for q in branches for b in q}
     assert {"stop", "length"} <= reasons, reasons
     layer = 2

@@ -85,7 +85,7 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
         raise AssertionError("ran the model although every feature is cached")
 
     monkeypatch.setattr("lover_lmeval.core.pipeline.features_from_tokens", no_model_runs)
-    monkeypatch.setattr("lover_lmeval.core.pipeline.decode_branches", no_model_runs)
+    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_model_runs)
     cached = LoverLM(extra_layers="1", **kwargs).generate_until([_request(c) for c in contexts], disable_tqdm=True)
     for a, b in zip(live, cached):
         assert [x.token_ids for x in a.branches] == [x.token_ids for x in b.branches]
@@ -103,22 +103,24 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
     assert LoverLM(**kwargs, feature_cache="none").pipeline.feature_cache is None
 
 
-def test_unbanked_questions_fill_whole_decoding_batches(tiny_model_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("continuous", ["false", "true"])
+def test_unbanked_questions_fill_whole_decoding_batches(tiny_model_dir, tmp_path, monkeypatch, continuous):
     """With one of three questions banked and batch_size=2, the two others are decoded in one batch of 2, not in
-    two half-empty batches (which is what longest-prompt-first order alone gives here)."""
+    two half-empty batches (which is what longest-prompt-first order alone gives here), batch by batch as well as
+    with continuous batching (where every unbanked question goes to one call)."""
     import lover_lmeval.core.pipeline as pipeline_module
 
     kwargs = dict(pretrained=str(tiny_model_dir), n_branches=2, batch_size=2, verifier=None,
-                  bank=str(tmp_path / "bank.sqlite"), feature_cache="none")
+                  bank=str(tmp_path / "bank.sqlite"), feature_cache="none", continuous_batching=continuous)
     contexts = ["Question: a long question about apples and pears?\nAnswer:", "Q: medium one?\nA:", "Q: x?"]
     LoverLM(**kwargs).generate_until([_request(contexts[1])], disable_tqdm=True)
-    sizes, real_decode = [], pipeline_module.decode_branches
+    sizes, real_decode = [], pipeline_module.iter_branches
 
     def counting(model, tokenizer, prompts, *args, **kwargs):
         sizes.append(len(prompts))
         return real_decode(model, tokenizer, prompts, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline_module, "decode_branches", counting)
+    monkeypatch.setattr(pipeline_module, "iter_branches", counting)
     lm = LoverLM(**kwargs)
     encoded, real_encode = [], lm.tok_encode
     monkeypatch.setattr(lm, "tok_encode", lambda text, **kw: encoded.append(text) or real_encode(text, **kw))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import torch
 from lm_eval.api.instance import Instance
 
 from lover_lmeval.harness.model import LoverLM
@@ -63,3 +64,40 @@ def test_core_pipeline_without_lm_eval_matches_lover_hf(tiny_model_dir):
     assert all(len(picks) == len(CONTEXTS) and all(isinstance(p, str) for p in picks)
                for picks in core["picks"].values())
     assert core["picks"]["lover_sum"] == lm.pipeline.select(results, "lover_sum")
+
+
+JOIN_CONTEXTS = ["Question: name a colour.\nAnswer:", "Q: 2 + 2?\nA:", "Q: 3 + 4?\nA:"]  # longest first, as decoded
+
+
+def test_continuous_batching_changes_no_result_only_when_they_come(tiny_model_dir):
+    """Three questions through 2 x 3 rows: batch by batch (continuous_batching=false: two questions, then one) and
+    continuously (the third takes the rows of the first to end) give the same branches and features; the caller
+    hears of every question once, as it ends, in both. The longest question (decoded first) ends at once: its three
+    first tokens count as EOS here, so the third question's rows join the second's while it still decodes."""
+    runs, shapes = {}, {}
+    for continuous in (False, True):
+        lm = LoverLM(pretrained=str(tiny_model_dir), **MODEL_ARGS, continuous_batching=str(continuous).lower())
+        prompts = lm.prompts(JOIN_CONTEXTS, GEN_KWARGS)[0]
+        firsts = [set(lm.model(torch.tensor([p])).logits[0, -1].topk(3).indices.tolist()) for p in prompts]
+        assert not firsts[0] & (firsts[1] | firsts[2]), "the test needs question 0's first tokens to end it alone"
+        lm.pipeline.eos_ids = lambda eos=firsts[0]: eos
+        heard, shapes[continuous] = [], []
+        # Decoding's forwards only: a prefill keeps one logit per row; a step feeds one token per row.
+        hook = lm.model.register_forward_hook(lambda module, args, kwargs, out, seen=shapes[continuous]: seen.append(
+            ("prefill" if kwargs.get("logits_to_keep") == 1 else "step", kwargs["input_ids"].shape[0])),
+            with_kwargs=True)
+        try:
+            results = lm.run_contexts(JOIN_CONTEXTS, GEN_KWARGS, on_done=lambda indices, done, heard=heard: heard.extend(
+                (i, len(r.branches)) for i, r in zip(indices, done)))
+        finally:
+            hook.remove()
+        runs[continuous] = results, heard
+    for results, heard in runs.values():
+        assert sorted(heard) == [(0, 3), (1, 3), (2, 3)]
+    # The step after the third question's prefill: continuously, its 3 rows join a question still decoding (more
+    # than 3 rows); batch by batch, it decodes alone (3 rows).
+    after_join = {c: s[[i for i, (kind, _) in enumerate(s) if kind == "prefill"][1] + 1][1] for c, s in shapes.items()}
+    assert after_join[False] == 3 and 3 < after_join[True] <= 6, shapes
+    for a, b in zip(runs[False][0], runs[True][0]):
+        assert [x.token_ids for x in a.branches] == [x.token_ids for x in b.branches]
+        np.testing.assert_allclose(a.features, b.features, atol=1e-5)

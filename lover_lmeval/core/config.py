@@ -2,7 +2,8 @@
 
 Each component owns its dataclass, its defaults and its validation (`__post_init__`): decoding
 (`DecodingConfig`), features (`FeatureConfig`), the test-time fit (`VerifierConfig`, the `fit_config` string),
-selection (`SelectionConfig`) and the bank (`BankConfig`). This module only maps model_args onto their fields.
+selection (`SelectionConfig`), the bank (`BankConfig`) and how questions share the decoding batch
+(`BatchingConfig`). This module only maps model_args onto their fields.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .bank import BankConfig
-from .decoding import DecodingConfig
+from .decoding import BatchingConfig, DecodingConfig
 from .features import FeatureConfig
 from .selection import SelectionConfig
 from .verifier import VerifierConfig, config_from_string
@@ -51,6 +52,8 @@ MODEL_ARGS = {
     "temperature": ("decoding", "temperature", float),
     "top_p": ("decoding", "top_p", float),
     "seed": ("decoding", "seed", int),
+    "continuous_batching": ("batching", "continuous", _flag),
+    "max_rows": ("batching", "max_rows", _optional_int),
     "layer": ("features", "layer", _optional_int),
     "extra_layers": ("features", "extra_layers", _layers),
     "true_template": ("features", "true_template", str),
@@ -78,12 +81,18 @@ class LoverConfig:
     """Whose scores choose and how answers are grouped (verifier, supervised_verifier, extract)."""
     bank: BankConfig = field(default_factory=BankConfig)
     """Where decoded branches and features are kept (bank, bank_only, feature_cache)."""
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    """How questions share the decoding batch (continuous_batching, max_rows)."""
+
+    def __post_init__(self):
+        if self.batching.max_rows is not None:  # fewer rows than one question's branches can never decode
+            self.batching.rows(1, self.decoding.n_branches)
 
     @classmethod
     def from_model_args(cls, args: dict) -> tuple[LoverConfig, dict]:
         """Split model_args into this config and the rest (for the model loader); errors name the argument."""
         rest = dict(args)
-        fields: dict[str, dict] = {"decoding": {}, "features": {}, "selection": {}, "bank": {}}
+        fields: dict[str, dict] = {"decoding": {}, "features": {}, "selection": {}, "bank": {}, "batching": {}}
         for arg, (component, name, parse) in MODEL_ARGS.items():
             if arg not in rest:
                 continue
@@ -95,4 +104,5 @@ class LoverConfig:
                                  "lover_hf model args") from None
         fit = config_from_string(rest.pop("fit_config", "") or "")
         return cls(DecodingConfig(**fields["decoding"]), FeatureConfig(**fields["features"]), fit,
-                   SelectionConfig(**fields["selection"]), BankConfig(**fields["bank"])), rest
+                   SelectionConfig(**fields["selection"]), BankConfig(**fields["bank"]),
+                   BatchingConfig(**fields["batching"])), rest

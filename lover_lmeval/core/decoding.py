@@ -3,22 +3,25 @@
 Each question's prompt is prefilled once; its KV cache is then repeated for the N branches, which
 continue in one batch. A branch stops on its own (stop string, EOS or the token budget) and leaves the
 batch at once; its slice of the KV cache is kept so that the assertion features (features.py) can be
-computed on top of it without re-encoding question and solution.
+computed on top of it without re-encoding question and solution. With a row budget (`max_rows`), the
+next questions join the running batch as soon as their N rows are free (continuous batching, kv.RowBatch).
 
-Dimensions: Q questions, N branches per question, R = Q*N rows, P padded prompt length, V vocabulary,
-L layers, H kv heads, S sequence length, E head dim.
+Dimensions: Q questions, N branches per question, A rows decoding, P padded prompt length, V vocabulary.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import hashlib
+import json
 
 import torch
-from transformers import DynamicCache, StoppingCriteriaList, StopStringCriteria
+from transformers import StoppingCriteriaList, StopStringCriteria
+
+from .kv import BranchCache, RowBatch, cache_of, extend_with_tokens, input_device, snapshot, with_cache
 
 MODES = ("cot", "sample", "beam")
 
@@ -34,7 +37,9 @@ class DecodingConfig:
     top_p: float = 0.95
     """Nucleus mass kept when sampling (`sample` only)."""
     seed: int = 1234
-    """Seed of the sampling generator (`sample` only); the other modes are deterministic."""
+    """Seed of the sampling (`sample` only): each question draws from its own generator, seeded from this seed and
+    its prompt (`question_seed`), so its branches do not depend on its batch-mates. The other modes are
+    deterministic."""
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -46,6 +51,35 @@ class DecodingConfig:
             raise ValueError(f"temperature={self.temperature:g} must be > 0 for decoding=sample (e.g. 0.7).")
         if self.mode == "sample" and not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p:g} must be in (0, 1] for decoding=sample (e.g. 0.95).")
+
+
+@dataclass
+class BatchingConfig:
+    """How questions share the decoding batch. Not part of a bank record's key: it changes how fast branches come,
+    not which. Each row attends to its own tokens only, so which rows share a step moves float rounding alone, as
+    batching always has: token-identical in float32; in half precision that rounding can flip a near-tie and change
+    a branch (benchmarks/RESULTS.md: 76 of 100 bf16 branches identical)."""
+
+    continuous: bool = True
+    """Refill a finished question's rows with the next question's branches (continuous batching). Off: batches of
+    `max_rows` // N questions (`batch_size` by default), each living until its longest branch ends."""
+    max_rows: int | None = None
+    """Rows decoded together; default lm-eval's `batch_size` x n_branches. At least n_branches; questions join
+    whole, so a budget that is not a multiple of n_branches leaves its remainder unused."""
+
+    def __post_init__(self):
+        if self.max_rows is not None:
+            self.max_rows = int(self.max_rows)
+            if self.max_rows < 1:
+                raise ValueError(f"max_rows={self.max_rows} must be >= 1 (e.g. max_rows=50), or omitted.")
+
+    def rows(self, batch_size: int, n_branches: int) -> int:
+        """The row budget for lm-eval's `batch_size` questions of N branches."""
+        rows = self.max_rows if self.max_rows is not None else batch_size * n_branches
+        if rows < n_branches:
+            raise ValueError(f"max_rows={rows} is fewer than n_branches={n_branches}: a question's branches "
+                             f"decode together; use max_rows >= {n_branches}.")
+        return rows
 
 
 @dataclass
@@ -64,67 +98,31 @@ class Branch:
     """`stop` (a stop string), `eos`, or `length` (token budget spent)."""
 
 
-@dataclass
-class BranchCache:
-    """KV cache of prompt + the branch's tokens fed so far, left padding removed."""
-
-    prompt_length: int
-    """Tokens of the prompt at the start of the cache; the rest are generated tokens."""
-    keys: list[torch.Tensor] = field(default_factory=list)  # per layer (H, S, E)
-    values: list[torch.Tensor] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return self.keys[0].shape[1]
-
-
-def input_device(model) -> torch.device:
-    """Where input ids go: the device of the token embeddings. With `parallelize=True` (one model split over several
-    GPUs by `device_map`) `model.device` is merely the first parameter's device; the embeddings' is the one that
-    must receive the inputs."""
-    embeddings = model.get_input_embeddings()
-    return embeddings.weight.device if embeddings is not None else model.device
-
-
-@functools.cache
-def _cache_argument(model_class: type) -> str:
-    """Looked up once per model class: `with_cache` runs at every decoding step."""
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
-
-
-def with_cache(model, cache) -> dict:
-    """The forward kwarg carrying a KV cache: transformers 5.x renamed `past_key_values` to `cache` (the old name
-    warns and is removed in 5.40); older releases know only `past_key_values`."""
-    return {_cache_argument(type(model)): cache}
-
-
-def cache_of(output):
-    """The KV cache an output carries, under the name of either transformers generation (see `with_cache`)."""
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values
-
-
 def top1_top2_margin(probs: torch.Tensor) -> torch.Tensor:
     """(..., V) probabilities -> (...,) p(top1) - p(top2)."""
     top2 = probs.topk(2, dim=-1).values
     return top2[..., 0] - top2[..., 1]
 
 
-def _nucleus_sample(probs: torch.Tensor, top_p: float, n: int, generator) -> torch.Tensor:
-    """(B, V) probabilities -> (B, n) tokens sampled from the top-p nucleus."""
+def question_seed(seed: int, prompt: list[int]) -> int:
+    """The sampling seed of one question: from the run's seed and the prompt, so that questions draw independent
+    streams (one shared seed would give every question the same uniforms) and a question's draws do not depend on
+    which questions share its batch. sha256, not `hash()`: the same on every machine and Python run."""
+    digest = hashlib.sha256(json.dumps([seed, prompt]).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1  # 63 bits: what manual_seed takes
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, V) probabilities -> (B, V) nucleus weights in descending order, and that order."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     outside = sorted_probs.cumsum(-1) - sorted_probs > top_p  # always keeps the top token
-    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-    picks = torch.multinomial(sorted_probs, n, replacement=True, generator=generator)
-    return order.gather(-1, picks)
+    return sorted_probs.masked_fill(outside, 0.0), order
 
 
-def snapshot(cache, row: int, prompt_length: int, start: int = 0, end: int | None = None,
-             n_blocks: int | None = None) -> BranchCache:
-    """Copy one batch row's keys/values [start:end) (skipping left padding, dropping right padding)."""
-    layers = cache.layers[:n_blocks]
-    return BranchCache(prompt_length, [layer.keys[row, :, start:end].clone() for layer in layers],
-                       [layer.values[row, :, start:end].clone() for layer in layers])
+def _nucleus_sample(probs: torch.Tensor, top_p: float, n: int, generator) -> torch.Tensor:
+    """(B, V) probabilities -> (B, n) tokens sampled from the top-p nucleus."""
+    weights, order = _nucleus(probs, top_p)
+    return order.gather(-1, torch.multinomial(weights, n, replacement=True, generator=generator))
 
 
 def _finish_reason(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: int) -> str | None:
@@ -153,163 +151,142 @@ def make_branch(tokenizer, ids: list[int], margins: list[float], stop: list[str]
     return Branch(text, body[:kept], margins[:kept], offsets, reason)
 
 
-@torch.inference_mode()
 def decode_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
-                    stop: list[str], eos_ids: set[int], pad_id: int,
-                    on_question: Callable[[int, list[Branch]], None] | None = None,
+                    stop: list[str], eos_ids: set[int], pad_id: int, max_rows: int | None = None,
                     ) -> tuple[list[list[Branch]], list[list[BranchCache]]]:
-    """Decode N branches for each of Q prompts (lists of token ids). Returns branches and their caches.
+    """`iter_branches` collected: every prompt's branches and caches, in prompt order (tests and benchmarks; the
+    pipeline consumes the iterator, so that caches are freed question by question)."""
+    branches: list = [None] * len(prompts)
+    caches: list = [None] * len(prompts)
+    for q, q_branches, q_caches in iter_branches(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids,
+                                                 pad_id, max_rows):
+        branches[q], caches[q] = q_branches, q_caches
+    return branches, caches
 
-    `on_question(q, branches)` is called as soon as all N branches of prompt q are done (the bank writes it then,
-    so a kill loses only the questions still decoding, not the whole batch)."""
-    if config.mode == "beam":
-        return _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id, on_question)
-    device = input_device(model)
-    n, q_count = config.n_branches, len(prompts)
-    lengths = torch.tensor([len(p) for p in prompts], device=device)
-    width = int(lengths.max())
-    input_ids = torch.full((q_count, width), pad_id, dtype=torch.long, device=device)  # (Q, P) left-padded
-    mask = torch.zeros((q_count, width), dtype=torch.long, device=device)
-    for q, prompt in enumerate(prompts):
-        input_ids[q, width - len(prompt):] = torch.tensor(prompt, device=device)
-        mask[q, width - len(prompt):] = 1
+
+@dataclass
+class _Row:
+    """A branch being decoded: branch k of question q, its tokens so far and their margins."""
+
+    q: int
+    k: int
+    ids: list[int]
+    margins: list[float]
+
+
+def _prefill(model, prompts: list[list[int]], admitted: list[int], config: DecodingConfig, pad_id: int,
+             generators: dict) -> tuple[RowBatch, list[_Row]]:
+    """Encode the admitted prompts in one left-padded batch and start their N branches each: rows q*N + k."""
+    device, n = input_device(model), config.n_branches
+    width = max(len(prompts[q]) for q in admitted)
+    input_ids = torch.full((len(admitted), width), pad_id, dtype=torch.long, device=device)  # (Q, P) left-padded
+    mask = torch.zeros((len(admitted), width), dtype=torch.long, device=device)
+    for i, q in enumerate(admitted):
+        input_ids[i, width - len(prompts[q]):] = torch.tensor(prompts[q], device=device)
+        mask[i, width - len(prompts[q]):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     # Only the last position's logits are needed: the LM head over every prompt token would cost P times more.
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache = cache_of(out)
     probs = out.logits[:, -1].float().softmax(-1)  # (Q, V)
-    generator = torch.Generator(device=device).manual_seed(config.seed)
     if config.mode == "cot":
         if n > probs.shape[-1]:
             raise ValueError(f"n_branches={n} exceeds the vocabulary size {probs.shape[-1]}.")
         first = probs.topk(n, dim=-1).indices  # (Q, N)
     else:
-        first = _nucleus_sample((probs.log() / config.temperature).softmax(-1), config.top_p, n, generator)
-    first_margin = top1_top2_margin(probs)  # (Q,)
+        tempered = (probs.log() / config.temperature).softmax(-1)
+        # Each question its own generator (question_seed): its branches do not depend on its batch-mates.
+        for q in admitted:
+            generators[q] = torch.Generator(device=device).manual_seed(question_seed(config.seed, prompts[q]))
+        first = torch.cat([_nucleus_sample(tempered[i: i + 1], config.top_p, n, generators[q])
+                           for i, q in enumerate(admitted)])  # (Q, N)
+    first_margin = top1_top2_margin(probs).tolist()  # (Q,)
+    cache = cache_of(out)
+    cache.batch_repeat_interleave(n)
+    rows = [_Row(q, k, [token], [first_margin[i]]) for i, q in enumerate(admitted)
+            for k, token in enumerate(first[i].tolist())]
+    return RowBatch(cache, mask.repeat_interleave(n, dim=0)), rows  # (Q*N, P)
 
-    cache.batch_repeat_interleave(n)  # rows r = q * N + k
-    mask = mask.repeat_interleave(n, dim=0)  # (R, P)
-    pads = (width - lengths).repeat_interleave(n).tolist()
-    row_lengths = lengths.repeat_interleave(n)  # (R,) true prompt lengths
-    tokens = first.reshape(-1, 1)  # (R, 1)
-    ids = [[t] for t in first.reshape(-1).tolist()]
-    margins = [[m] for m in first_margin.repeat_interleave(n).tolist()]
-    active = list(range(q_count * n))  # original row of each row still in the batch
-    branches: list[list[Branch | None]] = [[None] * n for _ in range(q_count)]
-    caches: list[list[BranchCache | None]] = [[None] * n for _ in range(q_count)]
-    unfinished = [n] * q_count
 
-    while active:
+def _next_tokens(probs: torch.Tensor, rows: list[_Row], config: DecodingConfig, generators: dict) -> list[int]:
+    """(A, V) next-token probabilities -> the token each row continues with."""
+    if config.mode == "cot":
+        return probs.argmax(-1).tolist()
+    # One sort for every row; only the draws are per question, each from its own generator.
+    weights, order = _nucleus((probs.log() / config.temperature).softmax(-1), config.top_p)
+    tokens, start = [], 0
+    while start < len(rows):  # a question's rows are contiguous, in branch order
+        end = next((i for i in range(start, len(rows)) if rows[i].q != rows[start].q), len(rows))
+        picks = torch.multinomial(weights[start:end], 1, replacement=True,
+                                  generator=generators[rows[start].q])  # (rows of q, 1)
+        tokens += order[start:end].gather(-1, picks)[:, 0].tolist()
+        start = end
+    return tokens
+
+
+@torch.inference_mode()
+def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
+                  stop: list[str], eos_ids: set[int], pad_id: int, max_rows: int | None = None,
+                  ) -> Iterator[tuple[int, list[Branch], list[BranchCache]]]:
+    """Decode N branches for each of Q prompts (lists of token ids); yield `(q, branches, caches)` for prompt q as
+    soon as its N branches are done (the bank writes it then, so a kill loses only the questions still decoding).
+
+    At most `max_rows` rows (default: all prompts at once) decode together. When a question's last branch ends, the
+    next prompts whose N rows fit are prefilled and join the running batch (continuous batching): rows never idle
+    until the slowest branch of a batch ends. Questions are admitted in order, all N branches at once."""
+    if config.mode == "beam":
+        yield from _iter_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id)
+        return
+    if not prompts:
+        return
+    device, n = input_device(model), config.n_branches
+    max_rows = BatchingConfig(max_rows=max_rows).rows(len(prompts), n)  # a budget below one question's N rows is refused
+    queue, generators = deque(range(len(prompts))), {}
+    rows: list[_Row] = []
+    batch: RowBatch | None = None
+    done: dict[int, dict[int, tuple[Branch, BranchCache]]] = defaultdict(dict)  # q -> k -> finished branch
+
+    def has_room() -> bool:
+        return bool(queue) and len(rows) + n <= max_rows and (not rows or batch.can_extend())
+
+    while queue or rows:
+        admitted = []
+        while has_room() and len(rows) + (len(admitted) + 1) * n <= max_rows:
+            admitted.append(queue.popleft())
+        if admitted:
+            joining, new_rows = _prefill(model, prompts, admitted, config, pad_id, generators)
+            if rows:
+                batch.extend(joining)  # copies: `joining`'s own cache must not outlive this
+                del joining
+            else:
+                batch = joining
+            rows += new_rows
         keep = []
-        for i, row in enumerate(active):
-            reason = _finish_reason(tokenizer, ids[row], stop, eos_ids, max_new_tokens)
+        for i, row in enumerate(rows):
+            reason = _finish_reason(tokenizer, row.ids, stop, eos_ids, max_new_tokens)
             if reason is None:
                 keep.append(i)
                 continue
-            q, k = divmod(row, n)
-            branches[q][k] = make_branch(tokenizer, ids[row], margins[row], stop, reason)
-            caches[q][k] = snapshot(cache, i, len(prompts[q]), start=pads[row])
-            unfinished[q] -= 1
-            if unfinished[q] == 0 and on_question is not None:
-                on_question(q, branches[q])
-        if len(keep) < len(active):
-            # On the CPU: with parallelize=True the cache's layers live on several GPUs, and a CPU index serves all.
-            index = torch.tensor(keep, dtype=torch.long)
-            cache.batch_select_indices(index)
-            index = index.to(device)
-            mask, tokens = mask[index], tokens[index]
-            active = [active[i] for i in keep]
-        if not active:
-            break
-        rows = torch.tensor(active, device=device)
-        mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)  # (A, P + t)
-        position = (row_lengths[rows] + len(ids[active[0]]) - 1).unsqueeze(1)  # (A, 1)
-        out = model(input_ids=tokens, attention_mask=mask, position_ids=position, use_cache=True,
-                    **with_cache(model, cache))
+            branch = make_branch(tokenizer, row.ids, row.margins, stop, reason)
+            done[row.q][row.k] = branch, batch.snapshot(i, len(prompts[row.q]))
+            if len(done[row.q]) == n:
+                finished = done.pop(row.q)
+                generators.pop(row.q, None)
+                yield row.q, [finished[k][0] for k in range(n)], [finished[k][1] for k in range(n)]
+                del finished  # its caches are the consumer's now: held here, they would outlive its features
+        if len(keep) < len(rows):
+            batch.select(keep)
+            rows = [rows[i] for i in keep]
+        if not rows or has_room():
+            continue  # admit the next questions before the step, so no row idles through it
+        tokens = torch.tensor([[row.ids[-1]] for row in rows], device=device)  # (A, 1)
+        positions = torch.tensor([[len(prompts[row.q]) + len(row.ids) - 1] for row in rows], device=device)
+        out = model(input_ids=tokens, attention_mask=batch.grow(), position_ids=positions, use_cache=True,
+                    **with_cache(model, batch.cache))
         probs = out.logits[:, -1].float().softmax(-1)  # (A, V)
-        if config.mode == "cot":
-            tokens = probs.argmax(-1, keepdim=True)  # (A, 1)
-        else:
-            tempered = (probs.log() / config.temperature).softmax(-1)
-            tokens = _nucleus_sample(tempered, config.top_p, 1, generator)
-        for row, token, margin in zip(active, tokens[:, 0].tolist(), top1_top2_margin(probs).tolist()):
-            ids[row].append(token)
-            margins[row].append(margin)
-    return branches, caches
-
-
-class _EnoughLayers(Exception):
-    """Raised by a forward hook once the last hidden state we need has been computed."""
-
-
-def _forward_until(model, upto_layer: int, **inputs):
-    """Run only blocks 0..upto_layer-1 of the decoder (no later blocks, no LM head).
-
-    Returns an object with `hidden_states[i]` for i <= upto_layer (0 = embeddings; i = output of block
-    i-1, as HF's own hidden_states below the final norm) and the cache, updated up to that block.
-    """
-    decoder = model.get_decoder() or model.base_model  # transformers < 5 returns None for some models
-    captured = {}
-
-    def keep(index):
-        def hook(module, args, output):
-            captured[index] = output[0] if isinstance(output, tuple) else output
-            if index == upto_layer:
-                raise _EnoughLayers
-
-        return hook
-
-    modules = [decoder.embed_tokens] + list(decoder.layers[:upto_layer])
-    handles = [m.register_forward_hook(keep(i)) for i, m in enumerate(modules)]
-    try:
-        decoder(**inputs)
-    except _EnoughLayers:
-        pass
-    finally:
-        for handle in handles:
-            handle.remove()
-    return SimpleNamespace(hidden_states=[captured[i] for i in range(upto_layer + 1)],
-                           cache=inputs.get("cache", inputs.get("past_key_values")), logits=None)
-
-
-def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[int]], upto_layer: int | None = None):
-    """Run `tokens[i]` on top of `cache_rows[i]` in one batch.
-
-    Caches are right-padded to a common length and the new tokens right-padded too; the attention
-    mask hides both paddings and explicit position ids continue each row's own sequence, so every row
-    sees exactly what a single unpadded forward would. Returns (outputs, last index of each row).
-    With `upto_layer` < the number of blocks, only hidden states up to that index are computed (no
-    later blocks, no logits): features need one middle layer, and the rest of the model is most of
-    the cost. The caches then only need (and only get) the first `upto_layer` blocks.
-    """
-    device = input_device(model)
-    rows, longest = len(cache_rows), max(c.length for c in cache_rows)
-    new_width = max(len(t) for t in tokens)
-    cache = DynamicCache(config=model.config)
-    for layer in range(len(cache_rows[0].keys)):
-        keys = cache_rows[0].keys[layer].new_zeros((rows, *cache_rows[0].keys[layer].shape[:1], longest,
-                                                     cache_rows[0].keys[layer].shape[-1]))  # (B, H, S, E)
-        values = torch.zeros_like(keys)
-        for i, c in enumerate(cache_rows):
-            keys[i, :, : c.length] = c.keys[layer]
-            values[i, :, : c.length] = c.values[layer]
-        cache.update(keys, values, layer)
-    mask = torch.zeros((rows, longest + new_width), dtype=torch.long, device=device)  # (B, S + U)
-    input_ids = torch.zeros((rows, new_width), dtype=torch.long, device=device)  # (B, U)
-    positions = torch.zeros((rows, new_width), dtype=torch.long, device=device)
-    for i, (c, t) in enumerate(zip(cache_rows, tokens)):
-        mask[i, : c.length] = 1
-        mask[i, longest: longest + len(t)] = 1
-        input_ids[i, : len(t)] = torch.tensor(t, device=device)
-        positions[i] = c.length + torch.arange(new_width, device=device)
-    inputs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                  **with_cache(model, cache))
-    if upto_layer is not None and upto_layer < model.config.num_hidden_layers:
-        out = _forward_until(model, upto_layer, **inputs)
-    else:
-        out = model(**inputs, output_hidden_states=True)
-    last = torch.tensor([len(t) - 1 for t in tokens], device=device)
-    return out, last
+        for row, token, margin in zip(rows, _next_tokens(probs, rows, config, generators),
+                                      top1_top2_margin(probs).tolist()):
+            row.ids.append(token)
+            row.margins.append(margin)
 
 
 def _strip_padding(seq: list[int], eos_ids: set[int], pad_id: int) -> list[int]:
@@ -322,7 +299,7 @@ def _strip_padding(seq: list[int], eos_ids: set[int], pad_id: int) -> list[int]:
     return seq
 
 
-def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id, on_question=None):
+def _iter_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id):
     """Beam search via `generate` (N beams, N returned), then margins and caches in one extra pass.
 
     Beam search reorders its cache internally, so each beam's cache is rebuilt by running its tokens
@@ -330,8 +307,7 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
     """
     device, n = input_device(model), config.n_branches
     stop_strings = [s for s in stop if s]
-    branches, caches = [], []
-    for prompt in prompts:
+    for q, prompt in enumerate(prompts):
         input_ids = torch.tensor([prompt], device=device)  # (1, P)
         criteria = StoppingCriteriaList([StopStringCriteria(tokenizer, stop_strings)]) if stop_strings else None
         generated = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), num_beams=n,
@@ -349,8 +325,4 @@ def _decode_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_id
             reason = _finish_reason(tokenizer, ids, stop, eos_ids, budget=len(ids))
             q_branches.append(make_branch(tokenizer, ids, margins, stop, reason))
             q_caches.append(snapshot(cache_of(out), k, len(prompt), end=base.length + len(ids)))
-        branches.append(q_branches)
-        caches.append(q_caches)
-        if on_question is not None:
-            on_question(len(branches) - 1, q_branches)
-    return branches, caches
+        yield q, q_branches, q_caches

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import Branch, BranchCache, cache_of, extend_with_tokens, input_device, snapshot
+from .decoding import Branch
+from .kv import BranchCache, cache_of, extend_with_tokens, input_device, snapshot
 
 TRUE_TEMPLATE = " This is a true answer."
 FALSE_TEMPLATE = " This is a false answer."

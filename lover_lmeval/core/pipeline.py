@@ -25,7 +25,7 @@ from .answers import get_extractor
 from .bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBank, record_key
 from .checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
 from .config import LoverConfig
-from .decoding import decode_branches
+from .decoding import iter_branches
 from .features import assertion_features, features_from_tokens
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
@@ -100,60 +100,77 @@ class Pipeline:
         # fp32 keys stay as they were, keeping every bank decoded before dtype was part of the key valid.
         if dtype != torch.float32:
             settings["dtype"] = str(dtype).removeprefix("torch.")
+        # Sampled branches come from a generator per question (decoding.question_seed); older sample records, drawn
+        # from one generator shared by their batch, keep their keys and are never mixed with these.
+        if self.config.decoding.mode == "sample":
+            settings["rng"] = "question_seed"
         return [record_key(self.identity["model"], p, settings) for p in prompts]
 
     def banked(self, keys: list[str]) -> list[bool]:
         return [self.bank is not None and k in self.bank for k in keys]
 
-    def featurise(self, prompts: list[list[int]], keys: list[str], until: list[str],
-                  max_gen_toks: int) -> list[LoverResult]:
-        """Decode (or take from the bank) and featurise one batch of prompts; score with loaded verifiers."""
+    def featurise(self, prompts: list[list[int]], keys: list[str], until: list[str], max_gen_toks: int,
+                  max_rows: int | None = None,
+                  on_result: Callable[[int, LoverResult], None] | None = None) -> list[LoverResult]:
+        """Decode (or take from the bank) and featurise prompts; score with loaded verifiers. Prompts to decode
+        share at most `max_rows` rows (default: all at once); `on_result(i, result)` comes as each is done."""
         branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
         features = [self.feature_cache.get(k, self.layers, self.template_ids)
                     if self.feature_cache is not None and b is not None else None for k, b in zip(keys, branches)]
-        computed = [f is None for f in features]  # these go into the feature cache once computed
         todo = [i for i, b in enumerate(branches) if b is None]
         if todo and self.config.bank.bank_only:
             raise NotInBank(f"{len(todo)} of {len(prompts)} questions are not in the bank {self.bank.path} "
                             f"({len(self.bank)} records) and bank_only=true forbids decoding them; check the bank "
                             "path, task, limit and generation settings, or drop bank_only to decode them.")
+        results: list[LoverResult | None] = [None] * len(prompts)
+
+        def finish(i: int, q_branches, q_features, computed: bool) -> None:
+            if q_features is None:  # from the bank: no KV cache, one prefill per question
+                q_features = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, self.layers)
+            if self.feature_cache is not None and computed:
+                self.feature_cache.put(keys[i], self.layers, self.template_ids, q_features)
+            results[i] = self._result(prompts[i], q_branches, q_features)
+            if on_result is not None:
+                on_result(i, results[i])
+
         if todo:
             pad_id = self.tokenizer.pad_token_id
             pad_id = pad_id if pad_id is not None else self.tokenizer.eos_token_id
-
-            def bank_now(q: int, q_branches) -> None:  # each question as soon as its own branches are done
-                self.bank.add(keys[todo[q]], q_branches, prompt_ids=prompts[todo[q]])
-
-            decoded, caches = decode_branches(self.model, self.tokenizer, [prompts[i] for i in todo],
-                                              self.config.decoding, max_gen_toks, until, self.eos_ids(), pad_id,
-                                              on_question=bank_now if self.bank is not None else None)
-            for i, q_branches, q_caches in zip(todo, decoded, caches):
-                branches[i] = q_branches
-                features[i] = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layers)
-        results = []
+            # Each question as soon as its own branches are done: banked (a kill loses only the questions still
+            # decoding), featurised from its KV caches, which are then freed.
+            for q, q_branches, q_caches in iter_branches(self.model, self.tokenizer, [prompts[i] for i in todo],
+                                                         self.config.decoding, max_gen_toks, until, self.eos_ids(),
+                                                         pad_id, max_rows):
+                if self.bank is not None:
+                    self.bank.add(keys[todo[q]], q_branches, prompt_ids=prompts[todo[q]])
+                q_features = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layers)
+                del q_caches  # freed before the next question's branches end, not after
+                finish(todo[q], q_branches, q_features, computed=True)
         for i, q_branches in enumerate(branches):
-            if features[i] is None:  # from the bank: no KV cache, one prefill per question
-                features[i] = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, self.layers)
-            if self.feature_cache is not None and computed[i]:
-                self.feature_cache.put(keys[i], self.layers, self.template_ids, features[i])
-            at_layer = features[i][:, :, 0]  # (N, 2, L, D) -> (N, 2, D) at the main layer
-            with torch.no_grad():  # scoring only: a loaded verifier's parameters require grad
-                probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
-            # Stored in the model's precision (results.py): exact, since the features were computed in it.
-            more = {layer: features[i][:, :, k].to(self.stored_dtype) for k, layer in enumerate(self.layers) if k}
-            results.append(LoverResult(q_branches, at_layer.to(self.stored_dtype), probs, self.layer, prompts[i],
-                                       more, scored_by={name: self.verifier_ids[name] for name in probs}))
+            if q_branches is not None:
+                finish(i, q_branches, features[i], computed=features[i] is None)
         return results
+
+    def _result(self, prompt: list[int], q_branches, q_features: torch.Tensor) -> LoverResult:
+        """One question's result from its branches and (N, 2, L, D) features; loaded verifiers score it."""
+        at_layer = q_features[:, :, 0]  # (N, 2, L, D) -> (N, 2, D) at the main layer
+        with torch.no_grad():  # scoring only: a loaded verifier's parameters require grad
+            probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
+        # Stored in the model's precision (results.py): exact, since the features were computed in it.
+        more = {layer: q_features[:, :, k].to(self.stored_dtype) for k, layer in enumerate(self.layers) if k}
+        return LoverResult(q_branches, at_layer.to(self.stored_dtype), probs, self.layer, prompt, more,
+                           scored_by={name: self.verifier_ids[name] for name in probs})
 
     def run(self, prompts: list[list[int]], until: list[str], max_gen_toks: int, batch_size: int = 1,
             lengths: list[int] | None = None,
             on_done: Callable[[list[int], list[LoverResult]], None] | None = None) -> list[LoverResult]:
         """Results for prompts sharing stop strings and budget, in input order.
 
-        Longest first (by `lengths`, default the token count), `batch_size` per decoding batch; banked and
-        unbanked prompts are batched apart, so a decoding batch holds only prompts that need decoding and a grown
-        bank leaves no half-empty batches (a 20-row step costs about a 50-row one on a CPU). `on_done(indices,
-        results)` is called after each batch."""
+        Longest first (by `lengths`, default the token count). Prompts to decode share `batch_size` x N rows
+        (`BatchingConfig.max_rows`): with continuous batching, the next question takes the rows of one that ended;
+        without, they go in batches of as many questions as the rows hold. Banked and unbanked prompts are handled
+        apart, so a decoding batch holds only prompts that need decoding. `on_done(indices, results)` is called as
+        results come."""
         keys = self.record_keys(prompts, until, max_gen_toks)
         banked = self.banked(keys)
         if self.bank is not None:
@@ -161,16 +178,22 @@ class Pipeline:
                      self.bank.path, len(prompts) - sum(banked))
         lengths = lengths if lengths is not None else [len(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
-        chunks = [part[start: start + batch_size] for part in ([i for i in order if banked[i]],
-                                                               [i for i in order if not banked[i]])
-                  for start in range(0, len(part), batch_size)]
+        batching = self.config.batching
+        max_rows = batching.rows(batch_size, self.config.decoding.n_branches)
+        to_decode = [i for i in order if not banked[i]]
+        # Continuous: every prompt in one call, joining as rows free up; otherwise as many questions as the rows hold.
+        per_call = (len(to_decode) or 1) if batching.continuous else max_rows // self.config.decoding.n_branches
+        chunks = [[i for i in order if banked[i]]] + [to_decode[start: start + per_call]
+                                                      for start in range(0, len(to_decode), per_call)]
         results: list[LoverResult | None] = [None] * len(prompts)
-        for chunk in chunks:
-            done = self.featurise([prompts[i] for i in chunk], [keys[i] for i in chunk], until, max_gen_toks)
-            for i, result in zip(chunk, done):
-                results[i] = result
-            if on_done is not None:
-                on_done(chunk, done)
+        for chunk in filter(None, chunks):
+            def done(k: int, result: LoverResult, chunk=chunk) -> None:
+                results[chunk[k]] = result
+                if on_done is not None:
+                    on_done([chunk[k]], [result])
+
+            self.featurise([prompts[i] for i in chunk], [keys[i] for i in chunk], until, max_gen_toks, max_rows,
+                           done)
         return results
 
     def finish_task(self, results: list[LoverResult], task: str | None = None) -> None:
