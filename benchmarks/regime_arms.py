@@ -37,6 +37,7 @@ import torch
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
+from lover_lmeval.apps.train import task_extractor
 from lover_lmeval.core.answers import get_extractor
 from lover_lmeval.core.bank import BankConfig
 from lover_lmeval.core.checkpoints import gold_labels_used, label_tag, load_checkpoint
@@ -50,7 +51,6 @@ from lover_lmeval.core.verifier import VerifierConfig, config_from_string, fit
 from lover_lmeval.harness.model import LoverLM
 
 REPO = Path(__file__).resolve().parents[1]
-TASK, EXTRACT = "lover_gsm8k", "number"
 BASELINES = ("greedy", "majority", "cot_max", "cot_sum")
 
 
@@ -71,8 +71,8 @@ def write_json(path: Path, report: dict) -> None:
     path.write_text(json.dumps(report, indent=1) + "\n")
 
 
-def row(results, gold, verifier, baselines, n_boot=10_000) -> dict:
-    extract = get_extractor(EXTRACT)
+def row(results, gold, verifier, baselines, extract_name: str, n_boot=10_000) -> dict:
+    extract = get_extractor(extract_name)
     correct = {s: strategy_correct(results, gold, f"lover_{s}", extract, verifier) for s in ("max", "sum")}
     diag = diagnose(results, gold, extract, verifier)
     top = top_pick([select(r, "lover_sum", extract, verifier=verifier) for r in results])
@@ -84,13 +84,13 @@ def row(results, gold, verifier, baselines, n_boot=10_000) -> dict:
             "per_question_sum": "".join(str(int(c)) for c in correct["sum"])}
 
 
-def precision_check(lm, prompts, until, budget, test_results, gold) -> dict | None:
+def precision_check(lm, prompts, until, budget, test_results, gold, extract_name: str) -> dict | None:
     """Greedy and majority of the fp32 records of the same prompts (keys without dtype), paired with these."""
     fp32 = [lm.pipeline.bank.get(k) for k in lm.pipeline.record_keys(prompts, until, budget, dtype=torch.float32)]
     both = [i for i, b in enumerate(fp32) if b is not None]
     if not both:
         return None
-    extract = get_extractor(EXTRACT)
+    extract = get_extractor(extract_name)
     out = {"n": len(both)}
     for strategy in ("greedy", "majority"):
         a = np.array([float(select(test_results[i], strategy, extract) == gold[i]) for i in both])
@@ -103,6 +103,9 @@ def precision_check(lm, prompts, until, budget, test_results, gold) -> dict | No
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    parser.add_argument("--task", default="lover_gsm8k", help="lm-eval task (its filters name the extractor)")
+    parser.add_argument("--bank-name", default=None,
+                        help="bank file stem: STEM-test / STEM-SPLIT .jsonl.gz (default: the task's name)")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--test-docs", default="0:150")
     parser.add_argument("--dev-split", default="train", help="split the dev questions come from (never test in a "
@@ -120,6 +123,8 @@ def main() -> int:
                         help="a C arm: B with VerifierConfig fields changed, e.g. 'C1-normalize=normalize=mean' "
                              "(label-free; select it with --arms C; repeatable)")
     args = parser.parse_args()
+    task = TaskManager().load([args.task])["tasks"][args.task]
+    extract_name, stem = task_extractor(task), args.bank_name or args.task  # the task's filters name the extractor
     banks = Path(args.banks) if args.banks else REPO / "benchmarks/banks" / args.model
     gguf = args.gguf or subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True,
                                        capture_output=True, text=True).stdout.strip().splitlines()[-1]
@@ -128,9 +133,9 @@ def main() -> int:
         name, path = item.split("=", 1)
         checkpoints[name] = load_checkpoint(path)  # (verifier, metadata), refused before any feature is read
     layers = [int(x) for x in args.layers.split(",")]
-    lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(banks / f"{TASK}-test.jsonl.gz"), bank_only=True,
-                 verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])), batch_size=5)
-    task = TaskManager().load([TASK])["tasks"][TASK]
+    lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(banks / f"{stem}-test.jsonl.gz"), bank_only=True,
+                 verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])), batch_size=5,
+                 extract=extract_name)
     gen_kwargs = dict(task.config.generation_kwargs)
 
     def load(split: str, span: str, pipeline: Pipeline):
@@ -145,11 +150,11 @@ def main() -> int:
     began = time.perf_counter()
     test, gold, test_prompts = load("test", args.test_docs, lm.pipeline)
     dev_config = dataclasses.replace(lm.pipeline.config,
-                                     bank=BankConfig(str(banks / f"{TASK}-{args.dev_split}.jsonl.gz"), True))
+                                     bank=BankConfig(str(banks / f"{stem}-{args.dev_split}.jsonl.gz"), True))
     dev_pipeline = Pipeline(lm.model, lm.tokenizer, dev_config, model_name=lm.pipeline.identity["model"])
     dev, dev_gold, _ = load(args.dev_split, args.dev_docs, dev_pipeline)
     print(f"features of {len(test)} test and {len(dev)} dev questions in {time.perf_counter() - began:.0f} s", flush=True)
-    extract = get_extractor(EXTRACT)
+    extract = get_extractor(extract_name)
     baselines = {s: strategy_correct(test, gold, s, extract) for s in BASELINES}
     baselines["pass_at_n (oracle)"] = np.array([float(select(r, "pass_at_n", extract, gold=g) == g)
                                                 for r, g in zip(test, gold)])
@@ -158,13 +163,13 @@ def main() -> int:
               "baseline_per_question": {s: "".join(str(int(x)) for x in c) for s, c in baselines.items()},
               "cot_sum_minus_majority": paired_bootstrap(baselines["cot_sum"], baselines["majority"], 10_000,
                                                          np.random.default_rng(0)),
-              "precision": precision_check(lm, *test_prompts, test, gold), "arms": {}}
+              "precision": precision_check(lm, *test_prompts, test, gold, extract_name), "arms": {}}
     authors = dataclasses.replace(VerifierConfig.from_regime("authors"), seed=args.seed)
     wanted = set() if args.checkpoints_only else set(args.arms.split(","))
     for layer in layers:
         scored, dev_at = at_layer(test, layer, layers[0]), at_layer(dev, layer, layers[0])
-        features, mask, groups, _ = batch_results(scored, EXTRACT)  # (Q, N, 2, D)
-        dev_features, dev_mask, dev_groups, dev_answers = batch_results(dev_at, EXTRACT)
+        features, mask, groups, _ = batch_results(scored, extract_name)  # (Q, N, 2, D)
+        dev_features, dev_mask, dev_groups, dev_answers = batch_results(dev_at, extract_name)
         dev_labels = gold_labels(dev_answers, dev_gold, dev_mask.shape[1])  # (K, N): the only labels the arms read
         k = len(dev)
         arms = {}
@@ -173,7 +178,7 @@ def main() -> int:
                 continue
             label = f"{name}{label_tag(meta)}"
             store_scores(scored, verifier, features, label)
-            entry = row(scored, gold, label, baselines)
+            entry = row(scored, gold, label, baselines, extract_name)
             entry["checkpoint"] = {k: meta.get(k) for k in ("split", "n_questions", "select", "supervised", "seed")}
             report["arms"][f"layer {layer} | {label}"] = entry
             report["gold_labels_used"][f"layer {layer} | {label}"] = gold_labels_used(meta)
@@ -192,7 +197,7 @@ def main() -> int:
                 continue
             t0 = time.perf_counter()
             if labels is None:
-                fit_on_results(scored, EXTRACT, config)
+                fit_on_results(scored, extract_name, config)
                 verifier_name = "lover"
             else:
                 verifier_name = name.split(":")[0]
@@ -201,16 +206,16 @@ def main() -> int:
                 else:
                     verifier = fit(dev_features, dev_mask, dev_groups, config, labels=dev_labels).verifier
                 store_scores(scored, verifier, features, verifier_name)
-            entry = row(scored, gold, verifier_name, baselines)
+            entry = row(scored, gold, verifier_name, baselines, extract_name)
             entry["fit_seconds"] = round(time.perf_counter() - t0, 1)
             report["arms"][f"layer {layer} | {name}"] = entry
             report["gold_labels_used"][f"layer {layer} | {name}"] = 0 if labels is None else k
             print(f"layer {layer} | {name}: sum {entry['lover_sum']:.3f} max {entry['lover_max']:.3f} "
                   f"AUROC/q {entry['auroc_per_question']} ({entry['fit_seconds']} s)", flush=True)
         if "cv" in wanted:
-            cross = cross_fit_supervised(scored, gold, EXTRACT, folds=2, seed=0)
+            cross = cross_fit_supervised(scored, gold, extract_name, folds=2, seed=0)
             name = f"layer {layer} | cv: supervised 2-fold cross-fit (ceiling)"
-            report["arms"][name] = row(cross, gold, "supervised_cv", baselines)
+            report["arms"][name] = row(cross, gold, "supervised_cv", baselines, extract_name)
             report["gold_labels_used"][name] = len(test) // 2
         write_json(Path(args.out), report)  # after every layer: a long run keeps what it finished
     print(json.dumps({k: v for k, v in report.items() if k not in ("baseline_per_question",)}, indent=1)[:6000])
