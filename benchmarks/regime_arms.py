@@ -110,7 +110,9 @@ def main() -> int:
     parser.add_argument("--test-docs", default="0:150")
     parser.add_argument("--dev-split", default="train", help="split the dev questions come from (never test in a "
                         "reported run: a dry run may use it)")
-    parser.add_argument("--dev-docs", default="200:266", help="documents of the dev split used as dev")
+    parser.add_argument("--dev-docs", default="200:266", help="documents of the dev split used as dev; 'none' for "
+                        "none (then only the label-free arms and cv run)")
+    parser.add_argument("--max-gen-toks", type=int, default=None, help="the banks' token budget, if not the task's")
     parser.add_argument("--layers", default="14,28", help="feature layers; the first is the model's main layer")
     parser.add_argument("--banks", default=None, help="bank folder (default benchmarks/banks/MODEL)")
     parser.add_argument("--out", required=True)
@@ -137,6 +139,8 @@ def main() -> int:
                  verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])), batch_size=5,
                  extract=extract_name)
     gen_kwargs = dict(task.config.generation_kwargs)
+    if args.max_gen_toks is not None:  # e.g. the 512-token records of Regime item 6 (benchmarks/extend_budget.py)
+        gen_kwargs["max_gen_toks"] = args.max_gen_toks
 
     def load(split: str, span: str, pipeline: Pipeline):
         start, end = docs_range(span)
@@ -152,7 +156,7 @@ def main() -> int:
     dev_config = dataclasses.replace(lm.pipeline.config,
                                      bank=BankConfig(str(banks / f"{stem}-{args.dev_split}.jsonl.gz"), True))
     dev_pipeline = Pipeline(lm.model, lm.tokenizer, dev_config, model_name=lm.pipeline.identity["model"])
-    dev, dev_gold, _ = load(args.dev_split, args.dev_docs, dev_pipeline)
+    dev, dev_gold, _ = load(args.dev_split, args.dev_docs, dev_pipeline) if args.dev_docs != "none" else ([], [], None)
     print(f"features of {len(test)} test and {len(dev)} dev questions in {time.perf_counter() - began:.0f} s", flush=True)
     extract = get_extractor(extract_name)
     baselines = {s: strategy_correct(test, gold, s, extract) for s in BASELINES}
@@ -169,8 +173,9 @@ def main() -> int:
     for layer in layers:
         scored, dev_at = at_layer(test, layer, layers[0]), at_layer(dev, layer, layers[0])
         features, mask, groups, _ = batch_results(scored, extract_name)  # (Q, N, 2, D)
-        dev_features, dev_mask, dev_groups, dev_answers = batch_results(dev_at, extract_name)
-        dev_labels = gold_labels(dev_answers, dev_gold, dev_mask.shape[1])  # (K, N): the only labels the arms read
+        if dev:
+            dev_features, dev_mask, dev_groups, dev_answers = batch_results(dev_at, extract_name)
+            dev_labels = gold_labels(dev_answers, dev_gold, dev_mask.shape[1])  # (K, N): the only labels arms read
         k = len(dev)
         arms = {}
         for name, (verifier, meta) in checkpoints.items():
@@ -187,8 +192,9 @@ def main() -> int:
         if layer == layers[0]:
             arms["D: default test-time fit"] = (VerifierConfig(), None)
         arms["B: regime=authors, label-free"] = (authors, None)
-        arms[f"A': regime=authors + select dev:{k} [dev{k}]"] = (authors, "dev")
-        arms[f"E: supervised[dev{k}] (authors' probe, BCE)"] = (authors, "supervised")
+        if dev:  # the arms that read K dev labels
+            arms[f"A': regime=authors + select dev:{k} [dev{k}]"] = (authors, "dev")
+            arms[f"E: supervised[dev{k}] (authors' probe, BCE)"] = (authors, "supervised")
         for variant in args.variant:  # one departure from the authors' regime at a time
             name, fields = variant.split("=", 1)
             arms[f"C: {name} ({fields})"] = (config_from_string(f"regime=authors;seed={args.seed};{fields}"), None)

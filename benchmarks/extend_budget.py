@@ -1,0 +1,134 @@
+#!/usr/bin/env python
+"""Raise a bank's token budget: the branches of a question decoded at `--from` tokens, re-banked at `--to` (Regime
+item 6), decoding only what the larger budget changes.
+
+A branch that ended on EOS or a stop string before the old budget is the same under a larger one (greedy after its
+first token: nothing after its end was ever read). Only the branches cut at the old budget (`finish_reason`
+`length`) go on. Each is resumed as its own one-branch question: prompt = the question's prompt plus the branch's
+tokens but its last, `n_branches=1` CoT-decoding, so the first token is the argmax there, which must be the banked
+last token (checked), then greedy up to the new budget, all of them through the continuous-batching decoder. Its
+tokens are then joined to the banked ones and cut at the first stop string by `make_branch`, as a fresh decode
+would. Each question is banked at the new budget's record key as soon as its last branch is done (resumable).
+
+`--verify K` decodes the first K questions afresh at the new budget (no bank) and counts the branches whose tokens
+equal the extended ones.
+
+    .venv/bin/python benchmarks/extend_budget.py --model qwen2.5-coder-0.5b-instruct --dtype float32 \
+      --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz --docs 0:100 --to 512 --verify 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lm_eval.tasks import TaskManager
+
+from lover_lmeval.core.bank import BankConfig
+from lover_lmeval.core.decoding import DecodingConfig, iter_branches, make_branch
+from lover_lmeval.core.pipeline import Pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--task", default="lover_gsm8k")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--docs", default="0:100", help="START:END, document indices of the split")
+    parser.add_argument("--bank", required=True, help="holds the old budget's records; the new ones are added to it")
+    parser.add_argument("--from", dest="old", type=int, default=256, help="the budget the bank was decoded with")
+    parser.add_argument("--to", dest="new", type=int, default=512)
+    parser.add_argument("--max-rows", type=int, default=50, help="branches decoded together")
+    parser.add_argument("--verify", type=int, default=0, help="decode the first K questions afresh and compare")
+    parser.add_argument("--out", default=None, help="a JSON summary (counts, truncation shares, the check)")
+    args = parser.parse_args()
+    if args.new <= args.old:
+        raise SystemExit(f"--to {args.new} must exceed --from {args.old}: only a larger budget extends branches")
+    from lover_lmeval.harness.model import LoverLM
+
+    gguf = subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True, capture_output=True,
+                          text=True).stdout.strip().splitlines()[-1]
+    lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=args.bank, verifier=None, feature_cache="none")
+    pipeline, tokenizer = lm.pipeline, lm.tokenizer
+    task = TaskManager().load([args.task])["tasks"][args.task]
+    start, end = (int(x) for x in args.docs.split(":"))
+    docs = list(task.dataset[args.split])[start:end]
+    contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
+                for d in docs]
+    gen_kwargs = dict(task.config.generation_kwargs)
+    prompts, until, _ = lm.prompts(contexts, {**gen_kwargs, "max_gen_toks": args.old})
+    assert prompts == lm.prompts(contexts, {**gen_kwargs, "max_gen_toks": args.new})[0], "prompts cut differently"
+    old_keys = pipeline.record_keys(prompts, until, args.old)
+    new_keys = pipeline.record_keys(prompts, until, args.new)
+    old = [pipeline.bank.get(k) for k in old_keys]
+    missing = [start + i for i, b in enumerate(old) if b is None]
+    if missing:
+        raise SystemExit(f"documents {missing[:10]} are not in {args.bank} at {args.old} tokens; decode them first")
+    todo = [i for i, k in enumerate(new_keys) if k not in pipeline.bank]
+    # One resumed row per cut branch: (question, branch) -> its prompt, its banked tokens.
+    jobs = [(q, k) for q in todo for k, b in enumerate(old[q]) if b.finish_reason == "length"]
+    print(f"{len(docs)} questions, {len(todo)} to extend: {len(jobs)} branches cut at {args.old} tokens", flush=True)
+    resumed_prompts = [prompts[q] + old[q][k].token_ids[:-1] for q, k in jobs]
+    budgets = {args.new - (len(old[q][k].token_ids) - 1) for q, k in jobs}
+    assert len(budgets) <= 1, f"cut branches of different lengths: {budgets}"
+    pending = {q: {k for qq, k in jobs if qq == q} for q in todo}
+    extended = {q: list(old[q]) for q in todo}
+    first_token_changed, began = 0, time.perf_counter()
+
+    def bank(q: int) -> None:
+        pipeline.bank.add(new_keys[q], extended[q], prompt_ids=prompts[q])
+        print(f"{time.strftime('%H:%M:%S')} banked document {start + q} at {args.new} tokens "
+              f"({len(todo) - len(pending)}/{len(todo)}, {time.perf_counter() - began:.0f} s)", flush=True)
+
+    for q in [q for q in todo if not pending[q]]:  # nothing was cut: the same branches under the new key
+        del pending[q]
+        bank(q)
+    if jobs:
+        for j, (branch,), _ in iter_branches(lm.model, tokenizer, resumed_prompts, DecodingConfig(n_branches=1),
+                                             budgets.pop(), until, pipeline.eos_ids(), tokenizer.pad_token_id,
+                                             args.max_rows):
+            q, k = jobs[j]
+            banked = old[q][k]
+            first_token_changed += branch.token_ids[:1] != banked.token_ids[-1:]
+            ids = banked.token_ids[:-1] + branch.token_ids
+            margins = banked.margins[:-1] + branch.margins
+            # "stop" only keeps the last token (the resumed branch already dropped its EOS); the reason is its own.
+            joined = make_branch(tokenizer, ids, margins, until, "stop")
+            extended[q][k] = dataclasses.replace(joined, finish_reason=branch.finish_reason)
+            pending[q].discard(k)
+            if not pending[q]:
+                del pending[q]
+                bank(q)
+    new = [pipeline.bank.get(k) for k in new_keys]
+    summary = {"docs": args.docs, "from": args.old, "to": args.new, "model": args.model, "dtype": args.dtype,
+               "extended_now": len(todo), "branches_resumed_now": len(jobs),
+               "first_token_changed_on_resume": int(first_token_changed),
+               "length_share": {str(args.old): sum(b.finish_reason == "length" for q in old for b in q) /
+                                sum(len(q) for q in old),
+                                str(args.new): sum(b.finish_reason == "length" for q in new for b in q) /
+                                sum(len(q) for q in new)},
+               "seconds": round(time.perf_counter() - began, 1)}
+    if args.verify:
+        fresh = Pipeline(lm.model, tokenizer, dataclasses.replace(pipeline.config, bank=BankConfig()),
+                         model_name=pipeline.identity["model"])  # the same model, no bank: everything decoded
+        check = fresh.run(prompts[: args.verify], until, args.new, batch_size=5)
+        pairs = [(a.token_ids, b.token_ids) for r, q in zip(check, new) for a, b in zip(r.branches, q)]
+        summary["verify"] = {"questions": args.verify, "branches": len(pairs),
+                             "token_identical": sum(a == b for a, b in pairs)}
+    print(json.dumps(summary, indent=1), flush=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
