@@ -76,9 +76,6 @@ def main() -> int:
     # One resumed row per cut branch: (question, branch) -> its prompt, its banked tokens.
     jobs = [(q, k) for q in todo for k, b in enumerate(old[q]) if b.finish_reason == "length"]
     print(f"{len(docs)} questions, {len(todo)} to extend: {len(jobs)} branches cut at {args.old} tokens", flush=True)
-    resumed_prompts = [prompts[q] + old[q][k].token_ids[:-1] for q, k in jobs]
-    budgets = {args.new - (len(old[q][k].token_ids) - 1) for q, k in jobs}
-    assert len(budgets) <= 1, f"cut branches of different lengths: {budgets}"
     pending = {q: {k for qq, k in jobs if qq == q} for q in todo}
     extended = {q: list(old[q]) for q in todo}
     first_token_changed, began = 0, time.perf_counter()
@@ -91,11 +88,17 @@ def main() -> int:
     for q in [q for q in todo if not pending[q]]:  # nothing was cut: the same branches under the new key
         del pending[q]
         bank(q)
-    if jobs:
+    # A cut branch keeps fewer than `--from` tokens when its last ones decode to no text (part of a character): it
+    # resumes from what it kept, so the resumed rows' budgets differ; one decoding call per budget.
+    by_budget: dict[int, list[tuple[int, int]]] = {}
+    for q, k in jobs:
+        by_budget.setdefault(args.new - (len(old[q][k].token_ids) - 1), []).append((q, k))
+    for budget, group in sorted(by_budget.items()):
+        resumed_prompts = [prompts[q] + old[q][k].token_ids[:-1] for q, k in group]
         for j, (branch,), _ in iter_branches(lm.model, tokenizer, resumed_prompts, DecodingConfig(n_branches=1),
-                                             budgets.pop(), until, pipeline.eos_ids(), tokenizer.pad_token_id,
+                                             budget, until, pipeline.eos_ids(), tokenizer.pad_token_id,
                                              args.max_rows):
-            q, k = jobs[j]
+            q, k = group[j]
             banked = old[q][k]
             first_token_changed += branch.token_ids[:1] != banked.token_ids[-1:]
             ids = banked.token_ids[:-1] + branch.token_ids

@@ -116,6 +116,7 @@ class RowBatch:
         for mine, theirs in zip(self.cache.layers, other.cache.layers):
             mine.keys = torch.cat([_pad_left(mine.keys, width), _pad_left(theirs.keys, width)], dim=0)
             mine.values = torch.cat([_pad_left(mine.values, width), _pad_left(theirs.values, width)], dim=0)
+        # The (B, S) masks viewed as (B, S, 1), so that _pad_left's (..., S, E) layout pads their columns too.
         self.mask = torch.cat([_pad_left(self.mask[..., None], width)[..., 0],
                                _pad_left(other.mask[..., None], width)[..., 0]], dim=0)  # (B + B', width)
 
