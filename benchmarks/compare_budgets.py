@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lover_lmeval.core.files import write_text
 from lover_lmeval.core.stats import paired_bootstrap
 
 
@@ -44,8 +45,7 @@ def main() -> int:
         print(f"{name:60s} {table[name]['before']:.3f} -> {table[name]['after']:.3f}  "
               f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
     if args.out:
-        Path(args.out).write_text(json.dumps({"before": args.before, "after": args.after, "rows": table}, indent=1)
-                                  + "\n")
+        write_text(args.out, json.dumps({"before": args.before, "after": args.after, "rows": table}, indent=1) + "\n")
     return 0
 
 

@@ -30,10 +30,16 @@ from pathlib import Path
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.bank import BankConfig
-from lover_lmeval.core.decoding import DecodingConfig, iter_branches, make_branch
+from lover_lmeval.core.decoding import Branch, DecodingConfig, iter_branches, make_branch
+from lover_lmeval.core.files import write_text
 from lover_lmeval.core.pipeline import Pipeline
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def cut_share(records: list[list[Branch]]) -> float:
+    """Share of the branches that ended on the token budget."""
+    return sum(b.finish_reason == "length" for q in records for b in q) / sum(len(q) for q in records)
 
 
 def main() -> int:
@@ -76,7 +82,9 @@ def main() -> int:
     # One resumed row per cut branch: (question, branch) -> its prompt, its banked tokens.
     jobs = [(q, k) for q in todo for k, b in enumerate(old[q]) if b.finish_reason == "length"]
     print(f"{len(docs)} questions, {len(todo)} to extend: {len(jobs)} branches cut at {args.old} tokens", flush=True)
-    pending = {q: {k for qq, k in jobs if qq == q} for q in todo}
+    pending: dict[int, set[int]] = {q: set() for q in todo}  # question -> its cut branches not yet resumed
+    for q, k in jobs:
+        pending[q].add(k)
     extended = {q: list(old[q]) for q in todo}
     first_token_changed, began = 0, time.perf_counter()
 
@@ -114,10 +122,7 @@ def main() -> int:
     summary = {"docs": args.docs, "from": args.old, "to": args.new, "model": args.model, "dtype": args.dtype,
                "extended_now": len(todo), "branches_resumed_now": len(jobs),
                "first_token_changed_on_resume": int(first_token_changed),
-               "length_share": {str(args.old): sum(b.finish_reason == "length" for q in old for b in q) /
-                                sum(len(q) for q in old),
-                                str(args.new): sum(b.finish_reason == "length" for q in new for b in q) /
-                                sum(len(q) for q in new)},
+               "length_share": {str(args.old): cut_share(old), str(args.new): cut_share(new)},
                "seconds": round(time.perf_counter() - began, 1)}
     if args.verify:
         fresh = Pipeline(lm.model, tokenizer, dataclasses.replace(pipeline.config, bank=BankConfig()),
@@ -128,8 +133,7 @@ def main() -> int:
                              "token_identical": sum(a == b for a, b in pairs)}
     print(json.dumps(summary, indent=1), flush=True)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+        write_text(args.out, json.dumps(summary, indent=1) + "\n")
     return 0
 
 

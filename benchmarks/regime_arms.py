@@ -42,6 +42,7 @@ from lover_lmeval.core.answers import get_extractor
 from lover_lmeval.core.bank import BankConfig
 from lover_lmeval.core.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from lover_lmeval.core.dev_select import fit_with_dev
+from lover_lmeval.core.files import write_text
 from lover_lmeval.core.pipeline import Pipeline
 from lover_lmeval.core.results import LoverResult
 from lover_lmeval.core.scoring import batch_results, fit_on_results, gold_labels, store_scores, top_pick
@@ -67,8 +68,7 @@ def at_layer(results: list[LoverResult], layer: int, main: int) -> list[LoverRes
 
 
 def write_json(path: Path, report: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    write_text(path, json.dumps(report, indent=1) + "\n")  # atomic: rewritten after every layer of a long run
 
 
 def row(results, gold, verifier, baselines, extract_name: str, n_boot=10_000) -> dict:

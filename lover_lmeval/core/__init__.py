@@ -11,8 +11,9 @@ Stages, in pipeline order (pipeline.py runs them):
 - scoring.py    results -> batched tensors -> the test-time fit's scores, orientation and warnings;
 - selection.py  strategies (registry) that pick one answer per question;
 
-with kv.py (the KV-cache plumbing of decoding and features), results.py (what a question yields), bank.py (decoded branches kept across runs), checkpoints.py,
-loading.py (GGUF -> HF folder), stats.py, and config.py (one config per component, from model_args).
+with kv.py (the KV-cache plumbing of decoding and features), results.py (what a question yields), bank.py
+(decoded branches kept across runs), checkpoints.py, loading.py (GGUF -> HF folder), stats.py, and config.py (one
+config per component, from model_args).
 """
 
 # The authors' loss reductions register themselves next to the paper's; importing them here makes

@@ -11,12 +11,11 @@ Dimensions: Q questions, N branches per question, A rows decoding, P padded prom
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import hashlib
-import json
 
 import torch
 from transformers import StoppingCriteriaList, StopStringCriteria

@@ -146,7 +146,7 @@ class Pipeline:
                 q_features = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layers)
                 del q_caches  # freed before the next question's branches end, not after
                 finish(todo[q], q_branches, q_features, computed=True)
-        for i, q_branches in enumerate(branches):
+        for i, q_branches in enumerate(branches):  # the banked ones: the decoded ones were finished as they came
             if q_branches is not None:
                 finish(i, q_branches, features[i], computed=features[i] is None)
         return results
