@@ -115,6 +115,8 @@ def main() -> int:
     parser.add_argument("--max-gen-toks", type=int, default=None, help="the banks' token budget, if not the task's")
     parser.add_argument("--layers", default="14,28", help="feature layers; the first is the model's main layer")
     parser.add_argument("--banks", default=None, help="bank folder (default benchmarks/banks/MODEL)")
+    parser.add_argument("--test-bank", default=None, help="the test questions' bank file, if not BANKS/STEM-test"
+                        ".jsonl.gz (a BBH set's bank has no split in its name)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--gguf", default=None, help="the model file (default: ../shared/bin/get-model MODEL)")
     parser.add_argument("--checkpoints", default="", help="NAME=PATH[,NAME=PATH]: trained verifiers to score too")
@@ -135,7 +137,8 @@ def main() -> int:
         name, path = item.split("=", 1)
         checkpoints[name] = load_checkpoint(path)  # (verifier, metadata), refused before any feature is read
     layers = [int(x) for x in args.layers.split(",")]
-    lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(banks / f"{stem}-test.jsonl.gz"), bank_only=True,
+    test_bank = args.test_bank or str(banks / f"{stem}-test.jsonl.gz")
+    lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=test_bank, bank_only=True,
                  verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])), batch_size=5,
                  extract=extract_name)
     gen_kwargs = dict(task.config.generation_kwargs)
@@ -218,6 +221,11 @@ def main() -> int:
             report["gold_labels_used"][f"layer {layer} | {name}"] = 0 if labels is None else k
             print(f"layer {layer} | {name}: sum {entry['lover_sum']:.3f} max {entry['lover_max']:.3f} "
                   f"AUROC/q {entry['auroc_per_question']} ({entry['fit_seconds']} s)", flush=True)
+        d_arm, b_arm = (f"layer {layer} | {a}" for a in ("D: default test-time fit", "B: regime=authors, label-free"))
+        if d_arm in report["arms"] and b_arm in report["arms"]:  # does the authors' regime beat our default?
+            b, d = (np.array([float(c) for c in report["arms"][a]["per_question_sum"]]) for a in (b_arm, d_arm))
+            report.setdefault("B_minus_D", {})[f"layer {layer}"] = paired_bootstrap(b, d, 10_000,
+                                                                                   np.random.default_rng(0))
         if "cv" in wanted:
             cross = cross_fit_supervised(scored, gold, extract_name, folds=2, seed=0)
             name = f"layer {layer} | cv: supervised 2-fold cross-fit (ceiling)"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from lover_lmeval.core.decoding import DecodingConfig, decode_branches
-from lover_lmeval.core.features import FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer
+from lover_lmeval.core.features import (FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer,
+                                        features_from_tokens, length_buckets)
 
 
 def _reencode(model, ids: list[int], layer: int) -> torch.Tensor:
@@ -65,8 +68,6 @@ def test_layer_out_of_range_names_the_allowed_range(layer):
 
 
 def test_banked_branches_give_the_same_features_and_a_layer_sweep_costs_one_pass(tiny_model, tokenizer):
-    from lover_lmeval.core.features import features_from_tokens
-
     prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
     (branches,), (caches,) = decode_branches(tiny_model, tokenizer, [prompt], DecodingConfig(3), 6, [], {-1},
@@ -77,3 +78,34 @@ def test_banked_branches_give_the_same_features_and_a_layer_sweep_costs_one_pass
     torch.testing.assert_close(sweep[:, :, 1], live, atol=1e-4, rtol=0)
     torch.testing.assert_close(sweep[:, :, 0], assertion_features(tiny_model, branches, caches, templates, 1),
                                atol=1e-4, rtol=0)
+
+
+def test_length_buckets_bound_the_padding_of_a_shared_pass():
+    """Lengths [10, 256, 197, 25, 79, 79, 71, 61, 5, 233], slack 1.25, shortest first:
+    5 | 10: 2 x 10 = 20 > 1.25 x 15 -> new run | 25: 50 > 43.75 -> new | 61: 122 > 107.5 -> new |
+    71: 142 <= 165, 79: 237 <= 263.75, 79: 316 <= 362.5 -> one run | 197: 985 > 608.75 -> new |
+    233: 466 <= 537.5, 256: 768 <= 857.5 -> one run.
+    Padded work 5 + 10 + 25 + 4 x 79 + 3 x 256 = 1,124 tokens for 1,016 held, where one pass computes 10 x 256 = 2,560.
+    """
+    lengths = [10, 256, 197, 25, 79, 79, 71, 61, 5, 233]
+    assert length_buckets(lengths) == [[8], [0], [3], [7, 6, 4, 5], [2, 9, 1]]
+    assert length_buckets([4, 4, 4]) == [[0, 1, 2]]
+    assert length_buckets([]) == []
+
+
+def test_banked_branches_of_very_different_lengths_equal_a_full_reencode(tiny_model, tokenizer):
+    """Branches cut to 1, 2, 9 and 10 tokens take separate passes (length_buckets); each row's features must still
+    be those of prompt + branch + template encoded on its own, at a middle layer and at the last one (no LM head)."""
+    prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
+    templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
+    (branches,), _ = decode_branches(tiny_model, tokenizer, [prompt], DecodingConfig(4), 10, [], {-1},
+                                     tokenizer.pad_token_id)
+    cut = [dataclasses.replace(b, token_ids=b.token_ids[:keep]) for b, keep in zip(branches, (1, 10, 2, 9))]
+    assert len(length_buckets([len(b.token_ids) for b in cut])) > 1
+    last = tiny_model.config.num_hidden_layers
+    features = features_from_tokens(tiny_model, prompt, cut, templates, [2, last])  # (N, T, L, D)
+    for k, branch in enumerate(cut):
+        for t, template in enumerate(templates):
+            for j, layer in enumerate((2, last)):
+                expected = _reencode(tiny_model, prompt + branch.token_ids + template, layer)
+                torch.testing.assert_close(features[k, t, j], expected, atol=1e-4, rtol=0)

@@ -1,0 +1,43 @@
+"""What the benchmark scripts share: the model file, a `START:END` document range and a task's prompts.
+
+Each script is run as `python benchmarks/NAME.py`, so this folder is on `sys.path` and `import bench_common` works
+without installing anything.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GET_MODEL = REPO.parent / "shared" / "bin" / "get-model"
+
+
+def model_file(name: str) -> str:
+    """The GGUF file of `name`, fetched and verified by ../shared/bin/get-model (its last output line)."""
+    if not GET_MODEL.is_file():
+        raise SystemExit(f"{GET_MODEL} not found: clone the project beside ../shared, or pass --gguf FILE")
+    done = subprocess.run([str(GET_MODEL), name], check=True, capture_output=True, text=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def docs_range(text: str) -> tuple[int, int]:
+    """'START:END' -> (START, END), document indices of a split (END exclusive)."""
+    try:
+        start, end = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise SystemExit(f"document range {text!r} is not START:END (e.g. 0:100)") from None
+    if not 0 <= start < end:
+        raise SystemExit(f"document range {text!r} is empty or negative: pass START:END with 0 <= START < END")
+    return start, end
+
+
+def task_docs(task, split: str, span: str) -> list[dict]:
+    """The documents `span` ('START:END') of a loaded lm-eval task's split."""
+    start, end = docs_range(span)
+    return list(task.dataset[split])[start:end]
+
+
+def task_contexts(task, lm, docs: list[dict]) -> list[str]:
+    """Zero-shot, chat-templated contexts of `docs`: the strings lm-eval would hand `lm` for them."""
+    return [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template) for d in docs]

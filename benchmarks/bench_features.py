@@ -1,0 +1,88 @@
+#!/usr/bin/env python
+"""Features of banked branches: one padded pass with logits (the implementation before length buckets) against
+`features_from_tokens` (length buckets; no LM head at the last layer), on the same questions in one run.
+
+Both compute phi(x+/-) of every branch of a question from its tokens (a bank holds no KV cache). The old way ran
+all N branches in one pass padded to the longest, and at the last layer the whole model, LM head included (the
+template passes after it are today's in both, so the old cost is understated there). Reports
+seconds per question for each and the largest difference between their features (batch shapes differ, so fp32
+rounding may too).
+
+    .venv/bin/python benchmarks/bench_features.py --task lover_bbh_navigate \
+      --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_bbh_navigate.jsonl.gz --docs 0:8 --layers 12,24 \
+      --out benchmarks/results/bench_features_navigate.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from bench_common import model_file, task_contexts, task_docs
+from lm_eval.tasks import TaskManager
+
+from lover_lmeval.core.features import assertion_features, features_from_tokens
+from lover_lmeval.core.files import write_text
+from lover_lmeval.core.kv import cache_of, extend_with_tokens, input_device, snapshot
+from lover_lmeval.harness.model import LoverLM
+
+
+@torch.inference_mode()
+def one_padded_pass(model, prompt_ids, branches, template_ids, layers):
+    """The previous `features_from_tokens`: every branch in one pass, the full model (logits) at the last layer."""
+    prefill = model(input_ids=torch.tensor([prompt_ids], device=input_device(model)), use_cache=True,
+                    logits_to_keep=1)
+    base = snapshot(cache_of(prefill), 0, len(prompt_ids))
+    upto = max(layers)
+    full = upto >= model.config.num_hidden_layers  # then: the old whole-model call, LM head over every position
+    out, _ = extend_with_tokens(model, [base] * len(branches), [b.token_ids for b in branches],
+                                upto_layer=None if full else upto)
+    caches = [snapshot(cache_of(out), k, len(prompt_ids), end=base.length + len(b.token_ids),
+                       n_blocks=None if full else upto) for k, b in enumerate(branches)]
+    return assertion_features(model, branches, caches, template_ids, layers)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--task", default="lover_gsm8k")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--bank", required=True, help="the bank holding these questions' branches")
+    parser.add_argument("--docs", default="0:8", help="START:END, document indices of the split")
+    parser.add_argument("--layers", default="12,24")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    layers = [int(x) for x in args.layers.split(",")]
+    lm = LoverLM(gguf_file=model_file(args.model), dtype=args.dtype, bank=args.bank, bank_only=True, verifier=None,
+                 feature_cache="none")
+    task = TaskManager().load([args.task])["tasks"][args.task]
+    prompts, until, budget = lm.prompts(task_contexts(task, lm, task_docs(task, args.split, args.docs)),
+                                        dict(task.config.generation_kwargs))
+    pipeline = lm.pipeline
+    seconds, diffs, tokens = {"one padded pass": 0.0, "length buckets": 0.0}, [], []
+    for prompt, key in zip(prompts, pipeline.record_keys(prompts, until, budget)):
+        branches = pipeline.bank.get(key)
+        tokens.append(sum(len(b.token_ids) for b in branches))
+        computed = {}
+        for name, run in (("one padded pass", one_padded_pass), ("length buckets", features_from_tokens)):
+            began = time.perf_counter()
+            computed[name] = run(lm.model, prompt, branches, pipeline.template_ids, layers)  # (N, T, L, D)
+            seconds[name] += time.perf_counter() - began
+        diffs.append(float((computed["one padded pass"] - computed["length buckets"]).abs().max()))
+    n = len(prompts)
+    report = {"args": vars(args), "n_questions": n, "branch_tokens_per_question": sum(tokens) / n,
+              "seconds_per_question": {k: round(v / n, 2) for k, v in seconds.items()},
+              "speedup": round(seconds["one padded pass"] / seconds["length buckets"], 2),
+              "max_abs_feature_difference": max(diffs)}
+    write_text(Path(args.out), json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
