@@ -21,20 +21,20 @@ def model_file(name: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def docs_range(text: str) -> tuple[int, int]:
-    """'START:END' -> (START, END), document indices of a split (END exclusive)."""
+def docs_range(text: str, option: str = "--docs") -> tuple[int, int]:
+    """'START:END' -> (START, END), document indices of a split (END exclusive); `option` names it in errors."""
     try:
         start, end = (int(x) for x in text.split(":"))
     except ValueError:
-        raise SystemExit(f"document range {text!r} is not START:END (e.g. 0:100)") from None
+        raise SystemExit(f"{option} {text!r} is not START:END (e.g. 0:100)") from None
     if not 0 <= start < end:
-        raise SystemExit(f"document range {text!r} is empty or negative: pass START:END with 0 <= START < END")
+        raise SystemExit(f"{option} {text!r} is empty or negative: pass START:END with 0 <= START < END")
     return start, end
 
 
-def task_docs(task, split: str, span: str) -> list[dict]:
-    """The documents `span` ('START:END') of a loaded lm-eval task's split."""
-    start, end = docs_range(span)
+def task_docs(task, split: str, span: str, option: str = "--docs") -> list[dict]:
+    """The documents `span` ('START:END', given as `option`) of a loaded lm-eval task's split."""
+    start, end = docs_range(span, option)
     return list(task.dataset[split])[start:end]
 
 

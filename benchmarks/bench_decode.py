@@ -270,7 +270,7 @@ def fmt(x, nd=1):
 
 
 def markdown(res) -> str:
-    m, q = res["methods"], res["n_questions"]
+    m = res["methods"]
     rows = [("Method", "Questions", "Wall s", "s / question", "Tokens", "Tokens / s", "Notes")]
 
     def add(name, key, note=""):

@@ -58,16 +58,15 @@ def export(scratch: Path, n_real: int) -> None:
     import numpy as np
     from lm_eval.tasks import TaskManager
 
+    from bench_common import model_file, task_contexts
+
     from lover_lmeval.harness.model import LoverLM
 
-    gguf = subprocess.run([str(REPO.parent / "shared/bin/get-model"), "qwen2.5-coder-0.5b-instruct"], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    gguf = model_file("qwen2.5-coder-0.5b-instruct")
     bank = REPO / "benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz"
     lm = LoverLM(gguf_file=gguf, dtype="float32", bank=str(bank), bank_only=True, verifier=None, layer=12)
     task = TaskManager().load(["lover_gsm8k"])["tasks"]["lover_gsm8k"]
-    docs = list(task.dataset["test"])[:n_real]
-    contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
-                for d in docs]
+    contexts = task_contexts(task, lm, list(task.dataset["test"])[:n_real])
     results = lm.run_contexts(contexts, dict(task.config.generation_kwargs))
     np.savez(scratch / "features.npz", *[r.features for r in results])
     (scratch / "texts.json").write_text(json.dumps([r.texts for r in results]))

@@ -18,13 +18,13 @@ import argparse
 import datetime
 import json
 import platform
-import subprocess
 import sys
 import time
 import zlib
 from pathlib import Path
 
 import torch
+from bench_common import model_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,8 +65,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    gguf = subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    gguf = model_file(args.model)
     folder = loading.convert_gguf(Path(gguf))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     models = {name: AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()

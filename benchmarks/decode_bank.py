@@ -19,12 +19,11 @@ import argparse
 import logging
 import sys
 import time
-from pathlib import Path
 
+from bench_common import REPO, docs_range, task_contexts, task_docs
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import simple_parse_args_string
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
@@ -40,12 +39,10 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO)
     from lover_lmeval.harness.model import LoverLM
 
-    start, end = (int(x) for x in args.docs.split(":"))
+    start, end = docs_range(args.docs)
     task = TaskManager(include_path=args.include_path).load([args.task])["tasks"][args.task]
-    docs = list(task.dataset[args.split])[start:end]
     lm = LoverLM(**{**simple_parse_args_string(args.model_args), "verifier": None, "bank": args.bank})
-    contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
-                for d in docs]
+    contexts = task_contexts(task, lm, task_docs(task, args.split, args.docs))
     gen_kwargs = {**(task.config.generation_kwargs or {}), **simple_parse_args_string(args.gen_kwargs)}
     todo = [c for c, banked in zip(contexts, lm.in_bank(contexts, gen_kwargs)) if not banked]
     print(f"{args.task}/{args.split} docs {start}:{end}: {len(contexts) - len(todo)} banked, {len(todo)} to decode",

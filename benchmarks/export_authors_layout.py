@@ -24,17 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from bench_common import REPO, docs_range, model_file, task_contexts
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.answers import get_extractor
 from lover_lmeval.harness.model import LoverLM
 
-REPO = Path(__file__).resolve().parents[1]
 TASK = "lover_gsm8k"
 INVALID = "[invalid]"  # the authors' BaseTask.INVALID_ANS
 
@@ -62,15 +61,14 @@ def main() -> int:
                         help="order the training questions so the authors' draw of TRAIN_NUM training questions "
                              "(--train_num_examples) picks our first TRAIN_NUM and their dev draw the rest")
     args = parser.parse_args()
-    gguf = args.gguf or subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True,
-                                       capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    gguf = args.gguf or model_file(args.model)
     layers = [int(x) for x in args.layers.split(",")]
     task = TaskManager().load([TASK])["tasks"][TASK]
     extract = get_extractor("number")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for split, span in (("train", args.train_docs), ("test", args.test_docs)):
-        start, end = (int(x) for x in span.split(":"))
+        start, end = docs_range(span)
         lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(REPO / "benchmarks/banks" / args.model /
                                                                  f"{TASK}-{split}.jsonl.gz"),
                      bank_only=True, verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])))
@@ -85,8 +83,7 @@ def main() -> int:
                 order[position] = ours
             (out / "order_train.json").write_text(json.dumps({"doc_at_position": [start + i for i in order]}))
         docs = [docs[i] for i in order]
-        contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
-                    for d in docs]
+        contexts = task_contexts(task, lm, docs)
         results = lm.run_contexts(contexts, dict(task.config.generation_kwargs))
         stacked = [np.stack([r.features if layer == layers[0] else r.layer_features[layer] for layer in layers],
                             axis=-1) for r in results]  # each (N, 2, D, L)

@@ -22,19 +22,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
 import sys
 import time
-from pathlib import Path
 
+from bench_common import docs_range, model_file, task_contexts, task_docs
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.bank import BankConfig
 from lover_lmeval.core.decoding import Branch, DecodingConfig, iter_branches, make_branch
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.pipeline import Pipeline
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def cut_share(records: list[list[Branch]]) -> float:
@@ -60,15 +57,11 @@ def main() -> int:
         raise SystemExit(f"--to {args.new} must exceed --from {args.old}: only a larger budget extends branches")
     from lover_lmeval.harness.model import LoverLM
 
-    gguf = subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True, capture_output=True,
-                          text=True).stdout.strip().splitlines()[-1]
-    lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=args.bank, verifier=None, feature_cache="none")
+    lm = LoverLM(gguf_file=model_file(args.model), dtype=args.dtype, bank=args.bank, verifier=None, feature_cache="none")
     pipeline, tokenizer = lm.pipeline, lm.tokenizer
     task = TaskManager().load([args.task])["tasks"][args.task]
-    start, end = (int(x) for x in args.docs.split(":"))
-    docs = list(task.dataset[args.split])[start:end]
-    contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
-                for d in docs]
+    start, _ = docs_range(args.docs)
+    contexts = task_contexts(task, lm, task_docs(task, args.split, args.docs))
     gen_kwargs = dict(task.config.generation_kwargs)
     prompts, until, _ = lm.prompts(contexts, {**gen_kwargs, "max_gen_toks": args.old})
     assert prompts == lm.prompts(contexts, {**gen_kwargs, "max_gen_toks": args.new})[0], "prompts cut differently"
@@ -81,7 +74,7 @@ def main() -> int:
     todo = [i for i, k in enumerate(new_keys) if k not in pipeline.bank]
     # One resumed row per cut branch: (question, branch) -> its prompt, its banked tokens.
     jobs = [(q, k) for q in todo for k, b in enumerate(old[q]) if b.finish_reason == "length"]
-    print(f"{len(docs)} questions, {len(todo)} to extend: {len(jobs)} branches cut at {args.old} tokens", flush=True)
+    print(f"{len(contexts)} questions, {len(todo)} to extend: {len(jobs)} branches cut at {args.old} tokens", flush=True)
     pending: dict[int, set[int]] = {q: set() for q in todo}  # question -> its cut branches not yet resumed
     for q, k in jobs:
         pending[q].add(k)

@@ -83,18 +83,19 @@ def main():
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
     import numpy as np
+    from bench_common import model_file, task_contexts
     from lm_eval.tasks import TaskManager
 
-    from lover_lmeval.core.answers import get_extractor
-    from lover_lmeval.core.stats import paired_bootstrap
     from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
-    from lover_lmeval.harness.model import LoverLM
-    from lover_lmeval.core.selection import select
     from lover_lmeval.apps.train import task_extractor
+    from lover_lmeval.core.answers import get_extractor
     from lover_lmeval.core.scoring import batch_results, fit_on_results, orient_fit, store_scores, top_pick
+    from lover_lmeval.core.selection import select
+    from lover_lmeval.core.stats import paired_bootstrap
     from lover_lmeval.core.verifier import VerifierConfig, config_from_string
+    from lover_lmeval.harness.model import LoverLM
 
-    gguf = Path.home() / ".cache" / "lover-models" / f"{args.model}.gguf"
+    gguf = model_file(args.model)
     layers = [int(x) for x in args.layers.split(",") if x.strip()]
     lm = LoverLM(gguf_file=str(gguf), bank=args.bank, bank_only=True, verifier=None,
                  layer=layers[0] if layers else None, extra_layers=";".join(map(str, layers[1:])))
@@ -103,8 +104,7 @@ def main():
     extract_name = task_extractor(task)
     extract = get_extractor(extract_name)
     docs = list(task.dataset[args.split])[: args.limit]
-    contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
-                for d in docs]
+    contexts = task_contexts(task, lm, docs)
     gen_kwargs = dict(task.config.generation_kwargs)
     t0 = time.perf_counter()
     banked = lm.in_bank(contexts, gen_kwargs)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from bench_common import docs_range
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap  # noqa: E402
@@ -59,10 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
     _, b = outcomes(args.b, task)
     ids = sorted(set(a) & set(b))
     if args.docs:
-        try:
-            start, end = (int(x) for x in args.docs.split(":"))
-        except ValueError:
-            raise SystemExit(f"--docs {args.docs!r} must be START:END, e.g. 100:250") from None
+        start, end = docs_range(args.docs)
         ids = [i for i in ids if start <= i[1] < end]
     if not ids:
         raise SystemExit(f"no question is in both rows{' within --docs ' + args.docs if args.docs else ''}")

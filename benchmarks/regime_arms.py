@@ -27,13 +27,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from bench_common import REPO, docs_range, model_file, task_contexts, task_docs
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
@@ -51,13 +51,7 @@ from lover_lmeval.core.stats import paired_bootstrap
 from lover_lmeval.core.verifier import VerifierConfig, config_from_string, fit
 from lover_lmeval.harness.model import LoverLM
 
-REPO = Path(__file__).resolve().parents[1]
 BASELINES = ("greedy", "majority", "cot_max", "cot_sum")
-
-
-def docs_range(text: str) -> tuple[int, int]:
-    start, end = (int(x) for x in text.split(":"))
-    return start, end
 
 
 def at_layer(results: list[LoverResult], layer: int, main: int) -> list[LoverResult]:
@@ -127,11 +121,13 @@ def main() -> int:
                         help="a C arm: B with VerifierConfig fields changed, e.g. 'C1-normalize=normalize=mean' "
                              "(label-free; select it with --arms C; repeatable)")
     args = parser.parse_args()
+    docs_range(args.test_docs, "--test-docs")  # a bad range is refused before the model loads
+    if args.dev_docs != "none":
+        docs_range(args.dev_docs, "--dev-docs")
     task = TaskManager().load([args.task])["tasks"][args.task]
     extract_name, stem = task_extractor(task), args.bank_name or args.task  # the task's filters name the extractor
     banks = Path(args.banks) if args.banks else REPO / "benchmarks/banks" / args.model
-    gguf = args.gguf or subprocess.run([str(REPO.parent / "shared/bin/get-model"), args.model], check=True,
-                                       capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    gguf = args.gguf or model_file(args.model)
     checkpoints = {}
     for item in filter(None, args.checkpoints.split(",")):
         name, path = item.split("=", 1)
@@ -146,10 +142,8 @@ def main() -> int:
         gen_kwargs["max_gen_toks"] = args.max_gen_toks
 
     def load(split: str, span: str, pipeline: Pipeline):
-        start, end = docs_range(span)
-        docs = list(task.dataset[split])[start:end]
-        contexts = [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template)
-                    for d in docs]
+        docs = task_docs(task, split, span, option="--test-docs" if split == "test" else "--dev-docs")
+        contexts = task_contexts(task, lm, docs)
         prompts, until, budget = lm.prompts(contexts, gen_kwargs)
         results = pipeline.run(prompts, until, budget, batch_size=5, lengths=[len(c) for c in contexts])
         return results, [str(task.doc_to_target(d)).strip() for d in docs], (prompts, until, budget)

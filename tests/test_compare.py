@@ -95,6 +95,6 @@ def test_paired_rows_compares_saved_outcomes_on_shared_questions(tmp_path, capsy
     with pytest.raises(SystemExit, match="or --task all"):
         main([f"{pooled}:lover_sum", f"{pooled}:majority"])
     for bad, message in (([f"{a}:cot_sum", f"{b}:majority"], "row 'cot_sum' is not in"),
-                         ([f"{a}:lover_sum", f"{b}:majority", "--docs", "2-4"], "must be START:END")):
+                         ([f"{a}:lover_sum", f"{b}:majority", "--docs", "2-4"], "--docs .2-4. is not START:END")):
         with pytest.raises(SystemExit, match=message):
             main(bad)
