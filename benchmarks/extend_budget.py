@@ -29,7 +29,8 @@ from bench_common import docs_range, model_file, task_contexts, task_docs
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.bank import BankConfig
-from lover_lmeval.core.decoding import Branch, DecodingConfig, iter_branches, make_branch
+from lover_lmeval.core.branch import Branch, make_branch
+from lover_lmeval.core.decoding import DecodingConfig, iter_branches
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.pipeline import Pipeline
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from lover_lmeval.core.answers import normalise_number
-from lover_lmeval.core.decoding import Branch
+from lover_lmeval.core.branch import Branch
 from lover_lmeval.core.features import FALSE_TEMPLATE, TRUE_TEMPLATE, features_from_tokens
 from lover_lmeval.core.loading import convert_gguf
 from lover_lmeval.core.results import LoverResult

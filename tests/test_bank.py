@@ -13,7 +13,7 @@ import pytest
 
 from lover_lmeval.core.bank import BankConfig, BranchBank
 from lover_lmeval.core.bank_store import convert
-from lover_lmeval.core.decoding import Branch
+from lover_lmeval.core.branch import Branch
 
 
 def _branches(k: int) -> list[Branch]:
@@ -60,7 +60,7 @@ def test_a_corrupt_record_in_the_middle_costs_only_itself(tmp_path):
 WRITER = textwrap.dedent("""
     import sys
     from lover_lmeval.core.bank import BranchBank
-    from lover_lmeval.core.decoding import Branch
+    from lover_lmeval.core.branch import Branch
     bank = BranchBank(sys.argv[1])
     sys.stdin.readline()  # both writers start together
     for k in range(100):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lover_lmeval.core.decoding import Branch
+from lover_lmeval.core.branch import Branch
 from lover_lmeval.core.fit_inputs import dense_chunk, normalization_stats, normalized_inputs, verifier_on
 from lover_lmeval.core.results import LoverResult
 from lover_lmeval.core.scoring import batch_results

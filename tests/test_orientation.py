@@ -86,7 +86,7 @@ def test_orientation_survives_a_checkpoint_and_older_checkpoints_load_unflipped(
 def test_test_time_fit_with_orient_vote_flips_a_fit_that_ranks_against_the_vote():
     """On these random features (seed 2) the plain label-free fit happens to rank against the vote (Spearman -0.33);
     the same fit with orient=vote stores the mirrored scores, 1 - p, which rise with the vote share."""
-    from lover_lmeval.core.decoding import Branch
+    from lover_lmeval.core.branch import Branch
     from lover_lmeval.core.results import LoverResult
     from lover_lmeval.core.scoring import fit_on_results
 

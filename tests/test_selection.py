@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lover_lmeval.core.answers import Answer, extract_number, span_confidence
-from lover_lmeval.core.decoding import Branch
+from lover_lmeval.core.branch import Branch
 from lover_lmeval.core.results import LoverResult
 from lover_lmeval.harness.filter import LoverSelect
 

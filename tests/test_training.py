@@ -111,7 +111,7 @@ def test_constant_answer_flags_fits_that_give_every_question_the_same_answer():
 
 def test_warn_if_constant_answer_names_the_answer_its_share_and_the_task(caplog):
     """20 questions, each with branches answering 3 (scored .9) and 4 (.1, .2): LoVer(sum) picks 3 everywhere."""
-    from lover_lmeval.core.decoding import Branch
+    from lover_lmeval.core.branch import Branch
     from lover_lmeval.core.results import LoverResult
     from lover_lmeval.core.scoring import warn_if_constant_answer
 

@@ -2,8 +2,8 @@
 
 Stages, in pipeline order (pipeline.py runs them):
 
-- decoding.py   N branches per question (CoT-decoding, sampling, beam), KV cache shared by the branches,
-                questions joining the running batch as others end (continuous batching);
+- decoding.py   N branches per question (CoT-decoding, sampling; beam search in beam.py), KV cache shared by
+                the branches, questions joining the running batch as others end (continuous batching);
 - features.py   phi(x+/-): hidden states of the assertion templates on top of each branch;
 - answers.py    extractors (registry) and the one answer-grouping rule;
 - losses.py     the paper's logic constraints as pure functions (registry of loss terms);
@@ -11,7 +11,8 @@ Stages, in pipeline order (pipeline.py runs them):
 - scoring.py    results -> batched tensors -> the test-time fit's scores, orientation and warnings;
 - selection.py  strategies (registry) that pick one answer per question;
 
-with kv.py (the KV-cache plumbing of decoding and features), results.py (what a question yields), bank.py
+with branch.py (a decoded solution: `Branch`, its margins, why it ended, where its text is cut), kv.py (the
+KV-cache plumbing of decoding and features), results.py (what a question yields), bank.py
 (decoded branches kept across runs), checkpoints.py, loading.py (GGUF -> HF folder), stats.py, and config.py (one
 config per component, from model_args).
 """

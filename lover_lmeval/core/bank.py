@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .bank_store import GzipStore, SqliteStore, open_store, store_kind
-from .decoding import Branch
+from .branch import Branch
 from .files import atomic_path
 
 #: `feature_cache` value meaning the lover-lmeval cache dir (loading.cache_dir() / "features").

@@ -1,4 +1,4 @@
-"""N-branch decoding: CoT-decoding (top-N first tokens, then greedy), sampling, or beam search.
+"""N-branch decoding: CoT-decoding (top-N first tokens, then greedy), sampling, or beam search (beam.py).
 
 Each question's prompt is prefilled once; its KV cache is then repeated for the N branches, which
 continue in one batch. A branch stops on its own (stop string, EOS or the token budget) and leaves the
@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from transformers import StoppingCriteriaList, StopStringCriteria
 
-from .kv import BranchCache, RowBatch, cache_of, extend_with_tokens, input_device, snapshot, with_cache
+from .beam import iter_beam
+from .branch import Branch, finish_reason_of, make_branch, top1_top2_margin
+from .kv import BranchCache, RowBatch, cache_of, input_device, with_cache
 
 MODES = ("cot", "sample", "beam")
 
@@ -81,28 +82,6 @@ class BatchingConfig:
         return rows
 
 
-@dataclass
-class Branch:
-    """One decoded solution."""
-
-    text: str
-    """Generated text, cut at the first stop string (as lm-eval's HFLM does)."""
-    token_ids: list[int]
-    """Generated tokens kept in `text` (no EOS, nothing after a stop string)."""
-    margins: list[float]
-    """p(top1) - p(top2) of the model's next-token distribution at each kept token."""
-    offsets: list[tuple[int, int]]
-    """Character span [start, end) of each kept token in `text` (clipped to the text)."""
-    finish_reason: str
-    """`stop` (a stop string), `eos`, or `length` (token budget spent)."""
-
-
-def top1_top2_margin(probs: torch.Tensor) -> torch.Tensor:
-    """(..., V) probabilities -> (...,) p(top1) - p(top2)."""
-    top2 = probs.topk(2, dim=-1).values
-    return top2[..., 0] - top2[..., 1]
-
-
 def question_seed(seed: int, prompt: list[int]) -> int:
     """The sampling seed of one question: from the run's seed and the prompt, so that questions draw independent
     streams (one shared seed would give every question the same uniforms) and a question's draws do not depend on
@@ -122,32 +101,6 @@ def _nucleus_sample(probs: torch.Tensor, top_p: float, n: int, generator) -> tor
     """(B, V) probabilities -> (B, n) tokens sampled from the top-p nucleus."""
     weights, order = _nucleus(probs, top_p)
     return order.gather(-1, torch.multinomial(weights, n, replacement=True, generator=generator))
-
-
-def _finish_reason(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: int) -> str | None:
-    """Why the branch is done, or None. Called every step, so it only decodes a short tail window:
-    a stop string that appears now must end in the newest token (it was absent one step ago)."""
-    if ids[-1] in eos_ids:
-        return "eos"
-    window = max((len(s) for s in stop), default=0) + 8
-    tail = tokenizer.decode(ids[-window:], skip_special_tokens=True)
-    if any(s and s in tail for s in stop):
-        return "stop"
-    return "length" if len(ids) >= budget else None
-
-
-def make_branch(tokenizer, ids: list[int], margins: list[float], stop: list[str], reason: str) -> Branch:
-    """Cut the text at the first stop string and keep the tokens (with offsets) that lie in it."""
-    body = ids[:-1] if reason == "eos" else ids
-    text = tokenizer.decode(body, skip_special_tokens=True)
-    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=len(text))
-    text = text[:cut]
-    # Offsets from decoding growing prefixes: robust to multi-token characters and merges.
-    ends = [len(tokenizer.decode(body[: k + 1], skip_special_tokens=True)) for k in range(len(body))]
-    starts = [0] + ends[:-1]
-    kept = sum(1 for s in starts if s < len(text))
-    offsets = [(min(s, len(text)), min(e, len(text))) for s, e in zip(starts[:kept], ends[:kept])]
-    return Branch(text, body[:kept], margins[:kept], offsets, reason)
 
 
 def decode_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
@@ -233,7 +186,7 @@ def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingCo
     next prompts whose N rows fit are prefilled and join the running batch (continuous batching): rows never idle
     until the slowest branch of a batch ends. Questions are admitted in order, all N branches at once."""
     if config.mode == "beam":
-        yield from _iter_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id)
+        yield from iter_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id)
         return
     if not prompts:
         return
@@ -261,7 +214,7 @@ def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingCo
             rows += new_rows
         keep = []
         for i, row in enumerate(rows):
-            reason = _finish_reason(tokenizer, row.ids, stop, eos_ids, max_new_tokens)
+            reason = finish_reason_of(tokenizer, row.ids, stop, eos_ids, max_new_tokens)
             if reason is None:
                 keep.append(i)
                 continue
@@ -286,42 +239,3 @@ def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingCo
                                       top1_top2_margin(probs).tolist()):
             row.ids.append(token)
             row.margins.append(margin)
-
-
-def _strip_padding(seq: list[int], eos_ids: set[int], pad_id: int) -> list[int]:
-    """`generate` pads finished beams: keep up to and including the first EOS, drop trailing pads."""
-    for i, token in enumerate(seq):
-        if token in eos_ids:
-            return seq[: i + 1]
-    while len(seq) > 1 and seq[-1] == pad_id:
-        seq = seq[:-1]
-    return seq
-
-
-def _iter_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id):
-    """Beam search via `generate` (N beams, N returned), then margins and caches in one extra pass.
-
-    Beam search reorders its cache internally, so each beam's cache is rebuilt by running its tokens
-    on top of the prompt's prefill (the question is still encoded once per prompt, not per beam).
-    """
-    device, n = input_device(model), config.n_branches
-    stop_strings = [s for s in stop if s]
-    for q, prompt in enumerate(prompts):
-        input_ids = torch.tensor([prompt], device=device)  # (1, P)
-        criteria = StoppingCriteriaList([StopStringCriteria(tokenizer, stop_strings)]) if stop_strings else None
-        generated = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), num_beams=n,
-                                   num_return_sequences=n, do_sample=False, max_new_tokens=max_new_tokens,
-                                   stopping_criteria=criteria, pad_token_id=pad_id)[:, len(prompt):]  # (N, T)
-        prefill = model(input_ids=input_ids, use_cache=True)
-        base = snapshot(cache_of(prefill), 0, len(prompt))
-        first_probs = prefill.logits[0, -1].float().softmax(-1)  # (V,)
-        row_ids = [_strip_padding(seq, eos_ids, pad_id) for seq in generated.tolist()]
-        out, _ = extend_with_tokens(model, [base] * n, row_ids)
-        step_margins = top1_top2_margin(out.logits.float().softmax(-1))  # (N, T): margin of the NEXT token
-        q_branches, q_caches = [], []
-        for k, ids in enumerate(row_ids):
-            margins = [float(top1_top2_margin(first_probs))] + step_margins[k, : len(ids) - 1].tolist()
-            reason = _finish_reason(tokenizer, ids, stop, eos_ids, budget=len(ids))
-            q_branches.append(make_branch(tokenizer, ids, margins, stop, reason))
-            q_caches.append(snapshot(cache_of(out), k, len(prompt), end=base.length + len(ids)))
-        yield q, q_branches, q_caches

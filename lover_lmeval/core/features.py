@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import Branch
+from .branch import Branch
 from .kv import BranchCache, cache_of, extend_with_tokens, input_device, snapshot
 
 TRUE_TEMPLATE = " This is a true answer."

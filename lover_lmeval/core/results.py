@@ -19,7 +19,7 @@ import json
 import numpy as np
 import torch
 
-from .decoding import Branch
+from .branch import Branch
 from .losses import score
 
 
