@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import torch
 
 from lover_lmeval.apps import train as train_module
 from lover_lmeval.core.dev_select import DevSelection, dev_accuracy, fit_with_dev, parse_select
-from lover_lmeval.core.verifier import VerifierConfig, fit
+from lover_lmeval.core.verifier import VerifierConfig
 from lover_lmeval.data.tasks import load_gsm8k
 from test_training import _train
 from test_verifier import make_world, picked_group, planted
