@@ -16,8 +16,11 @@ GET_MODEL = REPO.parent / "shared" / "bin" / "get-model"
 def model_file(name: str) -> str:
     """The GGUF file of `name`, fetched and verified by ../shared/bin/get-model (its last output line)."""
     if not GET_MODEL.is_file():
-        raise SystemExit(f"{GET_MODEL} not found: clone the project beside ../shared, or pass --gguf FILE")
-    done = subprocess.run([str(GET_MODEL), name], check=True, capture_output=True, text=True)
+        raise SystemExit(f"{GET_MODEL} not found: the benchmarks fetch models with it; clone the project beside "
+                         "../shared (a script with --gguf also takes a model file)")
+    done = subprocess.run([str(GET_MODEL), name], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"get-model {name} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     return done.stdout.strip().splitlines()[-1]
 
 

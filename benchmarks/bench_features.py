@@ -5,8 +5,8 @@
 Both compute phi(x+/-) of every branch of a question from its tokens (a bank holds no KV cache). The old way ran
 all N branches in one pass padded to the longest, and at the last layer the whole model, LM head included (the
 template passes after it are today's in both, so the old cost is understated there). Reports
-seconds per question for each and the largest difference between their features (batch shapes differ, so fp32
-rounding may too).
+seconds per question for each (after one untimed call of each on the first question, so neither pays the
+start-up costs) and the largest difference between their features (batch shapes differ, so fp32 rounding may too).
 
     .venv/bin/python benchmarks/bench_features.py --task lover_bbh_navigate \
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_bbh_navigate.jsonl.gz --docs 0:8 --layers 12,24 \
@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import model_file, task_contexts, task_docs
+from bench_common import docs_range, model_file, task_contexts, task_docs
 from lm_eval.tasks import TaskManager
 
-from lover_lmeval.core.features import assertion_features, features_from_tokens
+from lover_lmeval.core.features import assertion_features, check_layer, features_from_tokens
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.kv import cache_of, extend_with_tokens, input_device, snapshot
 from lover_lmeval.harness.model import LoverLM
@@ -37,6 +37,8 @@ def one_padded_pass(model, prompt_ids, branches, template_ids, layers):
     prefill = model(input_ids=torch.tensor([prompt_ids], device=input_device(model)), use_cache=True,
                     logits_to_keep=1)
     base = snapshot(cache_of(prefill), 0, len(prompt_ids))
+    if not any(b.token_ids for b in branches):
+        return assertion_features(model, branches, [base] * len(branches), template_ids, layers)
     upto = max(layers)
     full = upto >= model.config.num_hidden_layers  # then: the old whole-model call, LM head over every position
     out, _ = extend_with_tokens(model, [base] * len(branches), [b.token_ids for b in branches],
@@ -57,15 +59,19 @@ def main() -> int:
     parser.add_argument("--layers", default="12,24")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    layers = [int(x) for x in args.layers.split(",")]
+    docs_range(args.docs)  # refused before the model loads
     lm = LoverLM(gguf_file=model_file(args.model), dtype=args.dtype, bank=args.bank, bank_only=True, verifier=None,
                  feature_cache="none")
     task = TaskManager().load([args.task])["tasks"][args.task]
     prompts, until, budget = lm.prompts(task_contexts(task, lm, task_docs(task, args.split, args.docs)),
                                         dict(task.config.generation_kwargs))
     pipeline = lm.pipeline
+    layers = [check_layer(int(x), lm.model.config.num_hidden_layers) for x in args.layers.split(",")]
+    keys = pipeline.record_keys(prompts, until, budget)
+    for run in (one_padded_pass, features_from_tokens):  # warm-up, untimed
+        run(lm.model, prompts[0], pipeline.bank.get(keys[0]), pipeline.template_ids, layers)
     seconds, diffs, tokens = {"one padded pass": 0.0, "length buckets": 0.0}, [], []
-    for prompt, key in zip(prompts, pipeline.record_keys(prompts, until, budget)):
+    for prompt, key in zip(prompts, keys):
         branches = pipeline.bank.get(key)
         tokens.append(sum(len(b.token_ids) for b in branches))
         computed = {}

@@ -25,7 +25,6 @@ from lm_eval.tasks import TaskManager
 from lm_eval.utils import simple_parse_args_string
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model_args", required=True)

@@ -61,14 +61,14 @@ def main() -> int:
                         help="order the training questions so the authors' draw of TRAIN_NUM training questions "
                              "(--train_num_examples) picks our first TRAIN_NUM and their dev draw the rest")
     args = parser.parse_args()
+    spans = {"train": docs_range(args.train_docs, "--train-docs"), "test": docs_range(args.test_docs, "--test-docs")}
     gguf = args.gguf or model_file(args.model)
     layers = [int(x) for x in args.layers.split(",")]
     task = TaskManager().load([TASK])["tasks"][TASK]
     extract = get_extractor("number")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for split, span in (("train", args.train_docs), ("test", args.test_docs)):
-        start, end = docs_range(span)
+    for split, (start, end) in spans.items():
         lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(REPO / "benchmarks/banks" / args.model /
                                                                  f"{TASK}-{split}.jsonl.gz"),
                      bank_only=True, verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])))

@@ -56,12 +56,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.new <= args.old:
         raise SystemExit(f"--to {args.new} must exceed --from {args.old}: only a larger budget extends branches")
+    start, _ = docs_range(args.docs)  # refused before the model loads
     from lover_lmeval.harness.model import LoverLM
 
-    lm = LoverLM(gguf_file=model_file(args.model), dtype=args.dtype, bank=args.bank, verifier=None, feature_cache="none")
+    lm = LoverLM(gguf_file=model_file(args.model), dtype=args.dtype, bank=args.bank, verifier=None,
+                 feature_cache="none")
     pipeline, tokenizer = lm.pipeline, lm.tokenizer
     task = TaskManager().load([args.task])["tasks"][args.task]
-    start, _ = docs_range(args.docs)
     contexts = task_contexts(task, lm, task_docs(task, args.split, args.docs))
     gen_kwargs = dict(task.config.generation_kwargs)
     prompts, until, _ = lm.prompts(contexts, {**gen_kwargs, "max_gen_toks": args.old})
@@ -75,7 +76,8 @@ def main() -> int:
     todo = [i for i, k in enumerate(new_keys) if k not in pipeline.bank]
     # One resumed row per cut branch: (question, branch) -> its prompt, its banked tokens.
     jobs = [(q, k) for q in todo for k, b in enumerate(old[q]) if b.finish_reason == "length"]
-    print(f"{len(contexts)} questions, {len(todo)} to extend: {len(jobs)} branches cut at {args.old} tokens", flush=True)
+    print(f"{len(contexts)} questions, {len(todo)} to extend: {len(jobs)} branches cut at {args.old} tokens",
+          flush=True)
     pending: dict[int, set[int]] = {q: set() for q in todo}  # question -> its cut branches not yet resumed
     for q, k in jobs:
         pending[q].add(k)

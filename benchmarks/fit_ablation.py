@@ -97,7 +97,7 @@ def main():
 
     gguf = model_file(args.model)
     layers = [int(x) for x in args.layers.split(",") if x.strip()]
-    lm = LoverLM(gguf_file=str(gguf), bank=args.bank, bank_only=True, verifier=None,
+    lm = LoverLM(gguf_file=gguf, bank=args.bank, bank_only=True, verifier=None,
                  layer=layers[0] if layers else None, extra_layers=";".join(map(str, layers[1:])))
     layers = layers or [lm.pipeline.layer]
     task = TaskManager().load([args.task])["tasks"][args.task]

@@ -3,7 +3,7 @@
 
 Every arm is a fit on the test questions' own branches (label-free objective) scored on those questions, except the
 supervised ones. Banks only (`bank_only`): nothing is decoded; features come from the feature cache or one pass
-over each banked branch.
+over each banked branch. `--test-bank FILE` names the test bank when it is not `STEM-test.jsonl.gz` (BBH).
 
 - D   our default test-time fit;              B   `regime=authors`, no labels;
 - A'  `regime=authors`, the K dev questions' labels choosing the probe (core/dev_select.py), named `[devK]`;
@@ -14,8 +14,9 @@ over each banked branch.
   the checkpoint's label tag and `gold_labels_used` its metadata's count.
 
 Per arm: LoVer max / sum accuracy, per-question AUROC, top-pick share, paired bootstrap vs majority and
-CoT-decoding(sum). Also, when the test bank holds fp32 records of the same prompts, greedy and majority of the fp32
-branches paired with the bf16 ones (the precision check). Example (1.5B, bf16):
+CoT-decoding(sum); with D and B both run, B − D paired (`B_minus_D`). Also, when the test bank holds fp32 records
+of the same prompts, greedy and majority of the fp32 branches paired with the bf16 ones (the precision check).
+Example (1.5B, bf16):
 
     LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/python benchmarks/regime_arms.py \
       --model qwen2.5-coder-1.5b-instruct --dtype bfloat16 --test-docs 0:150 --dev-docs 200:266 --layers 14,28 \
@@ -141,20 +142,23 @@ def main() -> int:
     if args.max_gen_toks is not None:  # e.g. the 512-token records of Regime item 6 (benchmarks/extend_budget.py)
         gen_kwargs["max_gen_toks"] = args.max_gen_toks
 
-    def load(split: str, span: str, pipeline: Pipeline):
-        docs = task_docs(task, split, span, option="--test-docs" if split == "test" else "--dev-docs")
+    def load(split: str, span: str, pipeline: Pipeline, option: str):
+        docs = task_docs(task, split, span, option)
         contexts = task_contexts(task, lm, docs)
         prompts, until, budget = lm.prompts(contexts, gen_kwargs)
         results = pipeline.run(prompts, until, budget, batch_size=5, lengths=[len(c) for c in contexts])
         return results, [str(task.doc_to_target(d)).strip() for d in docs], (prompts, until, budget)
 
     began = time.perf_counter()
-    test, gold, test_prompts = load("test", args.test_docs, lm.pipeline)
+    test, gold, test_prompts = load("test", args.test_docs, lm.pipeline, "--test-docs")
     dev_config = dataclasses.replace(lm.pipeline.config,
                                      bank=BankConfig(str(banks / f"{stem}-{args.dev_split}.jsonl.gz"), True))
     dev_pipeline = Pipeline(lm.model, lm.tokenizer, dev_config, model_name=lm.pipeline.identity["model"])
-    dev, dev_gold, _ = load(args.dev_split, args.dev_docs, dev_pipeline) if args.dev_docs != "none" else ([], [], None)
-    print(f"features of {len(test)} test and {len(dev)} dev questions in {time.perf_counter() - began:.0f} s", flush=True)
+    dev, dev_gold = [], []
+    if args.dev_docs != "none":
+        dev, dev_gold, _ = load(args.dev_split, args.dev_docs, dev_pipeline, "--dev-docs")
+    print(f"features of {len(test)} test and {len(dev)} dev questions in {time.perf_counter() - began:.0f} s",
+          flush=True)
     extract = get_extractor(extract_name)
     baselines = {s: strategy_correct(test, gold, s, extract) for s in BASELINES}
     baselines["pass_at_n (oracle)"] = np.array([float(select(r, "pass_at_n", extract, gold=g) == g)

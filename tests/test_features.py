@@ -89,18 +89,22 @@ def test_length_buckets_bound_the_padding_of_a_shared_pass():
     """
     lengths = [10, 256, 197, 25, 79, 79, 71, 61, 5, 233]
     assert length_buckets(lengths) == [[8], [0], [3], [7, 6, 4, 5], [2, 9, 1]]
+    for run in length_buckets(lengths):
+        held = [lengths[i] for i in run]
+        assert len(run) == 1 or len(run) * max(held) <= 1.25 * sum(held)
     assert length_buckets([4, 4, 4]) == [[0, 1, 2]]
     assert length_buckets([]) == []
 
 
 def test_banked_branches_of_very_different_lengths_equal_a_full_reencode(tiny_model, tokenizer):
-    """Branches cut to 1, 2, 9 and 10 tokens take separate passes (length_buckets); each row's features must still
-    be those of prompt + branch + template encoded on its own, at a middle layer and at the last one (no LM head)."""
+    """Branches cut to 1, 2, 9 and 10 tokens take separate passes (length_buckets), one with no token (EOS first)
+    takes none; each row's features must still be those of prompt + branch + template encoded on its own, at a
+    middle layer and at the last one (no LM head)."""
     prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
-    (branches,), _ = decode_branches(tiny_model, tokenizer, [prompt], DecodingConfig(4), 10, [], {-1},
+    (branches,), _ = decode_branches(tiny_model, tokenizer, [prompt], DecodingConfig(5), 10, [], {-1},
                                      tokenizer.pad_token_id)
-    cut = [dataclasses.replace(b, token_ids=b.token_ids[:keep]) for b, keep in zip(branches, (1, 10, 2, 9))]
+    cut = [dataclasses.replace(b, token_ids=b.token_ids[:keep]) for b, keep in zip(branches, (1, 10, 0, 2, 9))]
     assert len(length_buckets([len(b.token_ids) for b in cut])) > 1
     last = tiny_model.config.num_hidden_layers
     features = features_from_tokens(tiny_model, prompt, cut, templates, [2, last])  # (N, T, L, D)

@@ -12,7 +12,7 @@ labelled ceiling and says so in its name.
   constant answer, the fit separated the answers' texts rather than right from wrong; RESULTS.md run 10).
 - `layer_sweep`: the label-free fit refit on features of each layer, accuracy of LoVer max/sum and
   AUROC per layer. Features come from the results when lover_hf kept them (`extra_layers=`, nearly free
-  while decoding), else one pass over the branches' tokens per question for all layers.
+  while decoding), else passes over the branches' tokens (similar lengths together) for all layers.
 - `branch_records`: every branch's answer, correctness, length, CoT-decoding confidence and verifier scores,
   one record per branch (`lover compare` writes them to `branches.jsonl`).
 - `cross_fit_supervised`: the supervised ceiling by K-fold cross-fitting on the evaluated questions:

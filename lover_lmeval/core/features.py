@@ -121,13 +121,14 @@ def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], t
     prefill = model(input_ids=torch.tensor([prompt_ids], device=input_device(model)), use_cache=True,
                     logits_to_keep=1)
     base = snapshot(cache_of(prefill), 0, len(prompt_ids))
-    if not any(b.token_ids for b in branches):
-        return assertion_features(model, branches, [base] * len(branches), template_ids, layer)
     upto = max([layer] if isinstance(layer, int) else layer)
-    caches: list[BranchCache | None] = [None] * len(branches)
-    for run in length_buckets([len(b.token_ids) for b in branches]):
+    # Blocks beyond the deepest feature layer are never run: their caches are not needed. A branch without tokens
+    # (EOS first) is the prompt alone: it needs no pass of its own.
+    caches = [BranchCache(base.prompt_length, base.keys[:upto], base.values[:upto])] * len(branches)
+    filled = [i for i, b in enumerate(branches) if b.token_ids]
+    for bucket in length_buckets([len(branches[i].token_ids) for i in filled]):
+        run = [filled[j] for j in bucket]
         out, _ = extend_with_tokens(model, [base] * len(run), [branches[i].token_ids for i in run], upto_layer=upto)
-        # Blocks beyond the deepest feature layer were never run: their caches are not needed.
         for k, i in enumerate(run):
             caches[i] = snapshot(cache_of(out), k, len(prompt_ids), end=base.length + len(branches[i].token_ids),
                                  n_blocks=upto)
