@@ -24,6 +24,15 @@ def model_file(name: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def add_question_options(parser, docs: str) -> None:
+    """--model, --dtype, --task, --split and --docs (default `docs`): which questions of which model a script reads."""
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="a name get-model knows")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--task", default="lover_gsm8k", help="lm-eval task")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--docs", default=docs, help="START:END, document indices of the split")
+
+
 def docs_range(text: str, option: str = "--docs") -> tuple[int, int]:
     """'START:END' -> (START, END), document indices of a split (END exclusive); `option` names it in errors."""
     try:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import docs_range, model_file, task_contexts, task_docs
+from bench_common import add_question_options, docs_range, model_file, task_contexts, task_docs
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.features import assertion_features, check_layer, features_from_tokens
@@ -50,12 +50,8 @@ def one_padded_pass(model, prompt_ids, branches, template_ids, layers):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--task", default="lover_gsm8k")
-    parser.add_argument("--split", default="test")
+    add_question_options(parser, docs="0:8")
     parser.add_argument("--bank", required=True, help="the bank holding these questions' branches")
-    parser.add_argument("--docs", default="0:8", help="START:END, document indices of the split")
     parser.add_argument("--layers", default="12,24")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()

@@ -25,7 +25,7 @@ import json
 import sys
 import time
 
-from bench_common import docs_range, model_file, task_contexts, task_docs
+from bench_common import add_question_options, docs_range, model_file, task_contexts, task_docs
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.bank import BankConfig
@@ -42,11 +42,7 @@ def cut_share(records: list[list[Branch]]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--task", default="lover_gsm8k")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--docs", default="0:100", help="START:END, document indices of the split")
+    add_question_options(parser, docs="0:100")
     parser.add_argument("--bank", required=True, help="holds the old budget's records; the new ones are added to it")
     parser.add_argument("--from", dest="old", type=int, default=256, help="the budget the bank was decoded with")
     parser.add_argument("--to", dest="new", type=int, default=512)
