@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,14 +135,28 @@ class SqliteStore:
             if tables and not marked:  # checked before any write: never touch another program's database
                 raise ValueError(f"bank={path} is a SQLite database of another program (tables {sorted(tables)}); "
                                  "pass a new file path for the bank.")
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
-            if not tables:
-                self.db.execute(f"PRAGMA application_id={self.APPLICATION_ID}")
-                self.db.execute(self.SCHEMA)
+            self._initialise(not tables)
         except sqlite3.DatabaseError as error:
             raise ValueError(f"bank={path} cannot be opened as a SQLite bank ({error}); pass a new file path or "
                              "the bank file you meant.") from None
+
+    def _initialise(self, new: bool, wait_s: float = 120.0) -> None:
+        """WAL mode and, for a new file, the schema. Two processes opening one new bank at once (two ranks) can get
+        "database is locked" at once here: the journal-mode switch does not wait on SQLite's busy handler. Retried
+        until the other has finished (milliseconds), up to `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=FULL")
+                if new:
+                    self.db.execute(f"PRAGMA application_id={self.APPLICATION_ID}")
+                    self.db.execute(self.SCHEMA)
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def records(self) -> Iterator[dict]:
         for key, blob in self.db.execute("SELECT key, record FROM records"):
