@@ -48,7 +48,7 @@ print('test docs', len(list(t.test_docs())), 'train docs', len(list(t.training_d
     rm -rf $W/repo && mkdir -p $W/repo $W/m && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ \
       && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
     cat $W/p/p?? > $W/m/q15.gguf && echo "$SHA  $W/m/q15.gguf" | sha256sum -c || exit 1
-    PY=python3 R=$W/repo G=$W/m/q15.gguf B=$W/banks O=$W/out setsid nohup bash $W/repo/benchmarks/results/gpu_run18/job.sh \
+    BATCH=128 PY=python3 R=$W/repo G=$W/m/q15.gguf B=$W/banks O=$W/out setsid nohup bash $W/repo/benchmarks/results/gpu_run18/job.sh \
       > $W/out/job.log 2>&1 < /dev/null &
     sleep 2; wait_job $2 ;;
   wait) wait_job $2 ;;
