@@ -7,7 +7,7 @@
 # CPU dry run on the 135M model can take the same path (see the run 18 notes).
 set -u
 M=${M:-qwen2.5-coder-1.5b-instruct}; DT=${DT:-bfloat16}; BATCH=${BATCH:-64}; LAYERS=${LAYERS:-14,28}
-TEST=${TEST:-180:400}; TRAIN=${TRAIN:-0:200}; ALLTEST=${ALLTEST:-0:400}; DEV=${DEV:-200:266}
+TEST=${TEST:-150:400}; TRAIN=${TRAIN:-0:200}; ALLTEST=${ALLTEST:-0:400}; DEV=${DEV:-200:266}
 LIMIT=${LIMIT:-200}; K=${K:-66}; THREADS=${THREADS:-2}; PY=${PY:-python}
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
 cd "$R" || exit 1
