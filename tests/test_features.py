@@ -58,13 +58,21 @@ def test_features_equal_full_reencode_for_padded_batched_branches(tiny_model, to
 def test_layer_defaults_to_middle_and_accepts_negative_indices():
     assert check_layer(None, 24) == 12
     assert check_layer(-1, 24) == 24
-    assert check_layer(-25, 24) == 0
+    assert check_layer(-24, 24) == 1
+    assert check_layer(1, 24) == 1
 
 
 @pytest.mark.parametrize("layer", [25, -26])
 def test_layer_out_of_range_names_the_allowed_range(layer):
-    with pytest.raises(ValueError, match=rf"layer={layer} is out of range.*0\.\.24"):
+    with pytest.raises(ValueError, match=rf"layer={layer} is out of range.*1\.\.24"):
         check_layer(layer, 24)
+
+
+@pytest.mark.parametrize("layer", [0, -25])
+def test_the_embedding_layer_is_refused_with_the_reason_and_the_fix(layer):
+    """Index 0 of hidden_states is the embedding of the template's last token: one vector for every branch."""
+    with pytest.raises(ValueError, match=rf"extra_layers={layer} is the token embeddings.*carries nothing.*1\.\.24"):
+        check_layer(layer, 24, "extra_layers")
 
 
 def test_banked_branches_give_the_same_features_and_a_layer_sweep_costs_one_pass(tiny_model, tokenizer):

@@ -140,7 +140,7 @@ def test_prompt_longer_than_context_is_left_truncated_with_a_warning(tiny_model_
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"decoding": "nucleus"}, ValueError, "decoding='nucleus'.*cot, sample, beam"),
     ({"n_branches": 0}, ValueError, "n_branches=0 must be >= 1"),
-    ({"layer": 9}, ValueError, r"layer=9 is out of range.*0\.\.4"),
+    ({"layer": 9}, ValueError, r"layer=9 is out of range.*1\.\.4"),
     ({"gguf_file": "missing.gguf"}, FileNotFoundError, "gguf_file='missing.gguf' not found"),
     ({"extract": "digits"}, ValueError, "extract='digits' is not a known answer extractor"),
 ])

@@ -26,7 +26,7 @@ class FeatureConfig:
     """Which hidden state is phi(x), and the two assertion templates."""
 
     layer: int | None = None
-    """Index into hidden_states (0 = embeddings, L = last block, negative from the end); None = the middle."""
+    """Index into hidden_states (1 = first block, L = last block, negative from the end); None = the middle."""
     extra_layers: tuple[int, ...] = ()
     """More layers whose features ride along on each result (layer sweeps), for the price of the template tokens."""
     true_template: str = TRUE_TEMPLATE
@@ -52,14 +52,18 @@ class FeatureConfig:
 
 
 def check_layer(layer: int | None, n_layers: int, name: str = "layer") -> int:
-    """Resolve `layer` (None = middle) to an index into hidden_states (0 = embeddings, n_layers = last)."""
+    """Resolve `layer` (None = middle) to an index into hidden_states (1 = first block, n_layers = last).
+
+    Index 0, the token embeddings, is refused: phi(x) is read at the template's last token, whose embedding is the
+    same vector for every branch, so a verifier could learn nothing from it (and banked branches never run it)."""
     if layer is None:
         return n_layers // 2
+    allowed = f"use 1..{n_layers} (1 = first block, {n_layers} = last) or a negative index down to {-n_layers}"
     if not -(n_layers + 1) <= layer <= n_layers:
-        raise ValueError(
-            f"{name}={layer} is out of range for this model: use 0..{n_layers} "
-            f"(0 = embeddings, {n_layers} = last block) or a negative index down to {-(n_layers + 1)}."
-        )
+        raise ValueError(f"{name}={layer} is out of range for this model: {allowed}.")
+    if layer % (n_layers + 1) == 0:
+        raise ValueError(f"{name}={layer} is the token embeddings: every x+ (and every x-) ends in the same template "
+                         f"token, so phi(x) there is one vector for every branch and carries nothing; {allowed}.")
     return layer % (n_layers + 1)
 
 
