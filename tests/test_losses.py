@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lover_lmeval.core import losses as L
+from lover_lmeval.core import losses_variants as V
 
 
 def t(x):
@@ -61,7 +62,7 @@ def test_inter_raw_hand_worked():
     """groups [0,0,1], p+=[0.5,0.5,0.25]: (0.5+0.25-1)^2 = 0.0625; self-information
     -0.5 log2 0.5 - 0.25 log2 0.25 = 0.5 + 0.5 = 1.0, over G=2 groups -> 0.5; L = 0.5625."""
     pp, pn, m, g = one_question([0.5, 0.5, 0.25], [0.0, 0.0, 0.0], [0, 0, 1])
-    assert L.inter_raw_loss(pp, m, g, torch.Generator().manual_seed(0)).item() == pytest.approx(0.5625, abs=1e-6)
+    assert V.inter_raw_loss(pp, m, g, torch.Generator().manual_seed(0)).item() == pytest.approx(0.5625, abs=1e-6)
 
 
 def test_all_false_corner_is_cheap_for_the_normalised_entropy_only():
@@ -73,8 +74,8 @@ def test_all_false_corner_is_cheap_for_the_normalised_entropy_only():
     corner, hedge = t([[0.05, 1e-4, 1e-4, 1e-4, 1e-4]]), torch.full((1, 5), 0.2)
     assert L.inter_group_loss(corner, m, g).item() == pytest.approx(0.959, abs=1e-3)
     assert L.inter_group_loss(hedge, m, g).item() == pytest.approx(math.log(5), abs=1e-5)
-    assert L.inter_raw_loss(corner, m, g).item() == pytest.approx(0.946, abs=1e-3)
-    assert L.inter_raw_loss(hedge, m, g).item() == pytest.approx(math.log2(5) / 5, abs=1e-5)
+    assert V.inter_raw_loss(corner, m, g).item() == pytest.approx(0.946, abs=1e-3)
+    assert V.inter_raw_loss(hedge, m, g).item() == pytest.approx(math.log2(5) / 5, abs=1e-5)
 
 
 def test_inter_logic_hand_worked():
@@ -82,7 +83,7 @@ def test_inter_logic_hand_worked():
     loss = -ln 0.56 = 0.579818."""
     pp, pn, m, g = one_question([0.6, 0.6, 0.2], [0.0, 0.0, 0.0], [2, 2, 0])
     gen = torch.Generator().manual_seed(0)
-    assert L.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(0.579818, abs=1e-6)
+    assert V.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(0.579818, abs=1e-6)
 
 
 def test_supervised_hand_worked():
@@ -104,9 +105,9 @@ def test_balance_hand_worked():
     m = torch.ones(2, 2, dtype=torch.bool)
     g = torch.tensor([[0, 1], [0, 1]])
     ids = torch.tensor([[0, 1], [0, 1]])
-    constant = L.balance_loss(t([[0.0, 1.0], [0.0, 1.0]]), m, g, ids, min_questions=2)
+    constant = V.balance_loss(t([[0.0, 1.0], [0.0, 1.0]]), m, g, ids, min_questions=2)
     assert constant.item() == pytest.approx(0.25, abs=1e-6)
-    split = L.balance_loss(t([[1.0, 0.0], [0.0, 1.0]]), m, g, ids, min_questions=2)
+    split = V.balance_loss(t([[1.0, 0.0], [0.0, 1.0]]), m, g, ids, min_questions=2)
     assert split.item() == pytest.approx(0.0, abs=1e-6)
 
 
@@ -119,8 +120,8 @@ def test_balance_hand_worked_with_unanswered_group_and_threshold():
     m = torch.tensor([[True, True, True], [True, True, False]])
     g = torch.tensor([[0, 1, 2], [0, 1, 0]])
     ids = torch.tensor([[0, 1, -1], [0, 1, -1]])
-    assert L.balance_loss(pp, m, g, ids, min_questions=2).item() == pytest.approx(0.011111, abs=1e-6)
-    assert L.balance_loss(pp, m, g, ids, min_questions=3).item() == 0.0
+    assert V.balance_loss(pp, m, g, ids, min_questions=2).item() == pytest.approx(0.011111, abs=1e-6)
+    assert V.balance_loss(pp, m, g, ids, min_questions=3).item() == 0.0
 
 
 def test_balance_needs_answer_ids():
@@ -264,13 +265,13 @@ def test_matches_loop_reference(seed):
     gen = torch.Generator().manual_seed(seed)  # same draw as `index`
     assert L.inter_group_loss(pp, m, g, gen).item() == pytest.approx(ref_inter(reps), abs=1e-6)
     gen = torch.Generator().manual_seed(seed)
-    assert L.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_logic(reps), abs=1e-6)
+    assert V.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_logic(reps), abs=1e-6)
     gen = torch.Generator().manual_seed(seed)
-    assert L.inter_raw_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_raw(reps), abs=1e-6)
+    assert V.inter_raw_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_raw(reps), abs=1e-6)
     # group id k stands for answer string k in every question; every fourth one is "no answer"
     ids = torch.where(g % 4 == 0, -1, g)
     gen = torch.Generator().manual_seed(seed)
-    assert L.balance_loss(pp, m, g, ids, gen, min_questions=2).item() == pytest.approx(
+    assert V.balance_loss(pp, m, g, ids, gen, min_questions=2).item() == pytest.approx(
         ref_balance(pp, m, g, index, ids, 2), abs=1e-6)
 
 
@@ -364,7 +365,7 @@ def test_total_loss_is_weighted_sum_and_shares_representatives():
                                 torch.Generator().manual_seed(5))
     reps = L.sample_representatives(g, m, torch.Generator().manual_seed(5))
     assert terms["inter"] == pytest.approx(L.inter_group_loss(pp, m, g, reps=reps).item(), abs=1e-6)
-    assert terms["inter_logic"] == pytest.approx(L.inter_logic_loss(pp, m, g, reps=reps).item(), abs=1e-6)
+    assert terms["inter_logic"] == pytest.approx(V.inter_logic_loss(pp, m, g, reps=reps).item(), abs=1e-6)
     expected = terms["nega"] + 0.5 * terms["intra"] + terms["inter"] + 2 * terms["inter_logic"]
     assert total.item() == pytest.approx(expected, rel=1e-5)
     with pytest.raises(ValueError, match="labels"):

@@ -32,7 +32,8 @@ from ..core.results import LoverResult
 from ..core.scoring import answer_ids, batch_results, fit_on_results, gold_labels, store_scores, top_pick
 from ..core.selection import select
 from ..core.stats import auroc, expected_calibration_error
-from ..core.verifier import VerifierConfig, fit
+from ..core.verifier import fit
+from ..core.verifier_config import VerifierConfig
 
 
 def answer_right(answer, gold: str) -> bool:

@@ -22,9 +22,10 @@ from ..core.checkpoints import save_checkpoint
 from ..core.dev_select import fit_with_dev, parse_select, selection_from_string
 from ..core.files import write_text
 from ..core.loading import cache_dir
-from ..core.losses import ALLOWED_TERMS
+from ..core.losses import allowed_terms
 from ..core.scoring import answer_ids, batch_results, gold_labels, orient_fit
-from ..core.verifier import VerifierConfig, config_from_string, fit
+from ..core.verifier import fit
+from ..core.verifier_config import VerifierConfig, config_from_string
 from ..harness.model import LoverLM
 from .plots import plot_history
 
@@ -153,7 +154,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="checkpoint path (.safetensors); .json/.report.json/.losses.png beside it")
     parser.add_argument("--supervised", action="store_true", help="ceiling baseline: BCE on gold correctness")
     parser.add_argument("--losses", default=None, help="'+'-separated subset of the terms "
-                        f"{', '.join(t for t in ALLOWED_TERMS if t != 'supervised')}: the paper's nega, intra, inter; "
+                        f"{', '.join(t for t in allowed_terms() if t != 'supervised')}: the paper's nega, intra, inter; "
                         "inter_raw, inter_logic: variants; balance: experimental cross-question prior (default: the "
                         f"fit config's, {VerifierConfig.losses} unless its regime says otherwise)")
     parser.add_argument("--seed", type=int, default=VerifierConfig.seed, help="seed of the fit (initialisation, batching, restarts)")

@@ -6,8 +6,9 @@ Stages, in pipeline order (pipeline.py runs them):
                 the branches, questions joining the running batch as others end (continuous batching);
 - features.py   phi(x+/-): hidden states of the assertion templates on top of each branch;
 - answers.py    extractors (registry) and the one answer-grouping rule;
-- losses.py     the paper's logic constraints as pure functions (registry of loss terms);
-- verifier.py   the MLP probe and its label-free fit (`VerifierConfig`);
+- losses.py     the paper's logic constraints as pure functions (registry of loss terms; variants in
+                losses_variants.py, the authors' reductions in losses_authors.py);
+- verifier.py   the MLP probe and its label-free fit (its `VerifierConfig` and regimes: verifier_config.py);
 - scoring.py    results -> batched tensors -> the test-time fit's scores, orientation and warnings;
 - selection.py  strategies (registry) that pick one answer per question;
 
@@ -17,6 +18,6 @@ KV-cache plumbing of decoding and features), results.py (what a question yields)
 config per component, from model_args).
 """
 
-# The authors' loss reductions register themselves next to the paper's; importing them here makes
-# reduction="representative" available wherever any core module is used, whatever was imported first.
-from . import losses_authors  # noqa: E402,F401
+# The loss variants and the authors' reductions register themselves next to the paper's terms; importing them
+# here makes them available wherever any core module is used, whatever was imported first.
+from . import losses_authors, losses_variants  # noqa: E402,F401

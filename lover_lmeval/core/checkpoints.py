@@ -16,7 +16,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .files import atomic_path, write_text
-from .verifier import Verifier, VerifierConfig
+from .verifier import Verifier
+from .verifier_config import VerifierConfig
 
 #: Metadata keys that must agree between a checkpoint and the run that loads it.
 MATCH_KEYS = ("model", "hidden_size", "layer", "templates")

@@ -14,7 +14,7 @@ from .bank import BankConfig
 from .decoding import BatchingConfig, DecodingConfig
 from .features import FeatureConfig
 from .selection import SelectionConfig
-from .verifier import VerifierConfig, config_from_string
+from .verifier_config import VerifierConfig, config_from_string
 
 
 def _optional(value) -> str | None:

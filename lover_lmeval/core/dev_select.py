@@ -26,15 +26,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .fit_inputs import normalized_inputs
-from .verifier import (
-    FitResult,
-    Verifier,
-    VerifierConfig,
-    fields_from_string,
-    seeded_verifier,
-    train_restart,
-    unsupervised_eval,
-)
+from .verifier import FitResult, Verifier, seeded_verifier, train_restart, unsupervised_eval
+from .verifier_config import VerifierConfig, fields_from_string
 
 
 @dataclass

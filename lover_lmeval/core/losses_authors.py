@@ -7,7 +7,7 @@ but reduces them differently; written here from reading it, for `regime=authors`
   pooled: ``L_nega = mean_(q,k) [ min(p+_a, p-_a)^2 + (p+_a + p-_a - 1)^2 ]``;
 * intra-group on **one random pair** (i, j) per group of two or more branches, averaged over those groups pooled:
   ``L_intra = mean_(q,k) [ (p+_i - p+_j)^2 + (p-_i - p-_j)^2 ]`` (0 when no group has two branches);
-* inter-group with the raw-probability entropy of :func:`losses.inter_raw_per_question` (their code's term), averaged
+* inter-group with the raw-probability entropy of :func:`losses_variants.inter_raw_per_question` (their code's term), averaged
   **within buckets of questions with the same number of groups**, then over the buckets; the paper's normalised
   entropy (``inter``) is bucketed the same way when a spec names it with this reduction.
 
@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .losses import _check, group_count, inter_per_question, inter_raw_per_question, register_loss
+from .losses import _check, group_count, inter_per_question, register_loss
+from .losses_variants import inter_raw_per_question
 
 
 def bucket_mean(per_question: torch.Tensor, n_groups: torch.Tensor) -> torch.Tensor:
@@ -57,7 +58,7 @@ def intra_group_loss_representative(p_pos: torch.Tensor, p_neg: torch.Tensor, ma
 @register_loss("inter_raw", ("p_pos", "mask", "groups"), draws=("reps",), reduction="representative")
 def inter_raw_loss_bucketed(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, *,
                             reps: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """:func:`losses.inter_raw_loss`'s per-question value, averaged by :func:`bucket_mean`."""
+    """:func:`losses_variants.inter_raw_loss`'s per-question value, averaged by :func:`bucket_mean`."""
     return bucket_mean(inter_raw_per_question(p_pos, mask, groups, reps=reps), group_count(groups, mask))
 
 

@@ -20,7 +20,8 @@ from .fit_inputs import verifier_on
 from .losses import score
 from .selection import select
 from .stats import spearman
-from .verifier import VerifierConfig, fit
+from .verifier import fit
+from .verifier_config import VerifierConfig
 
 log = logging.getLogger(__name__)
 
