@@ -8,7 +8,7 @@ export PYTHONPATH=$W/site:$W/repo LOVER_DATA_DIR=$W/data LOVER_CACHE_DIR=$W/cach
   HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 collect() {  # at most 8 files back: the two banks, one tarball of logs/JSONs, one of checkpoints
   cp $W/banks/lover_gsm8k-test.jsonl.gz $W/banks/lover_gsm8k-train.jsonl.gz "$OUT/"
-  tar -czf "$OUT/logs.tar.gz" -C $W out --exclude=out/ckpt
+  tar -czf "$OUT/logs.tar.gz" --exclude=out/ckpt -C $W out
   [ -d $W/out/ckpt ] && tar -czf "$OUT/ckpt.tar.gz" -C $W/out ckpt
   ls -la "$OUT"; tail -5 $W/out/job.log
 }

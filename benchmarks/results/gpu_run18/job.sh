@@ -9,6 +9,8 @@ set -u
 M=${M:-qwen2.5-coder-1.5b-instruct}; DT=${DT:-bfloat16}; BATCH=${BATCH:-64}; LAYERS=${LAYERS:-14,28}
 TEST=${TEST:-150:400}; TRAIN=${TRAIN:-0:200}; ALLTEST=${ALLTEST:-0:400}; DEV=${DEV:-200:266}
 LIMIT=${LIMIT:-200}; K=${K:-66}; THREADS=${THREADS:-2}; PY=${PY:-python}
+STEPS=${STEPS:-decode arms train}  # e.g. STEPS=arms: only the test-time arms (the banks and checkpoints are committed)
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
 cd "$R" || exit 1
 mkdir -p "$O/ckpt"
@@ -16,6 +18,7 @@ MA="gguf_file=$G,dtype=$DT,batch_size=$BATCH"
 step convert  # one process converts the GGUF once; the others then load the converted folder in seconds
 $PY -c "from pathlib import Path; from lover_lmeval.core.loading import convert_gguf; print(convert_gguf(Path('$G')))" \
   > "$O/convert.log" 2>&1 || { step CONVERT FAILED; exit 1; }
+want decode && {
 step decode
 $PY benchmarks/decode_bank.py --model_args "$MA" --task lover_gsm8k --split test --docs "$TEST" \
   --bank "$B/lover_gsm8k-test.jsonl.gz" > "$O/decode_test.log" 2>&1 &
@@ -23,9 +26,13 @@ $PY benchmarks/decode_bank.py --model_args "$MA" --task lover_gsm8k --split trai
   --bank "$B/lover_gsm8k-train.jsonl.gz" > "$O/decode_train.log" 2>&1 &
 wait; step decoded
 grep -h "banked\|decoded .*/" "$O"/decode_*.log | tail -4
+}
+want arms && {
 step arms  # the test-time arms at n = 400, beside the six train-split fits
 OMP_NUM_THREADS=$((THREADS * 2)) $PY benchmarks/regime_arms.py --model "$M" --gguf "$G" --dtype "$DT" --banks "$B" \
   --test-docs "$ALLTEST" --dev-docs "$DEV" --layers "$LAYERS" --out "$O/arms_test.json" > "$O/arms_test.log" 2>&1 &
+}
+want train && {
 T="$PY -m lover_lmeval.apps.cli train"
 C="--task lover_gsm8k --apply_chat_template --banked_only --limit $LIMIT --fit_config regime=authors"
 for L in ${LAYERS//,/ }; do
@@ -42,4 +49,6 @@ for f in "$O"/ckpt/*.safetensors; do n=$(basename "$f" .safetensors); S="$S,$n=$
 $PY benchmarks/regime_arms.py --model "$M" --gguf "$G" --dtype "$DT" --banks "$B" --test-docs "$ALLTEST" \
   --dev-docs "$DEV" --layers "$LAYERS" --checkpoints "${S#,}" --checkpoints-only --out "$O/arms_trainsplit.json" \
   > "$O/arms_trainsplit.log" 2>&1 || step SCORE FAILED
+}
+wait
 step done
