@@ -168,7 +168,9 @@ def main() -> int:
               "baseline_per_question": {s: "".join(str(int(x)) for x in c) for s, c in baselines.items()},
               "cot_sum_minus_majority": paired_bootstrap(baselines["cot_sum"], baselines["majority"], 10_000,
                                                          np.random.default_rng(0)),
-              "precision": precision_check(lm, *test_prompts, test, gold, extract_name), "arms": {}}
+              # an fp32 run would only pair its records with themselves
+              "precision": (precision_check(lm, *test_prompts, test, gold, extract_name)
+                            if args.dtype != "float32" else None), "arms": {}}
     authors = dataclasses.replace(VerifierConfig.from_regime("authors"), seed=args.seed)
     wanted = set() if args.checkpoints_only else set(args.arms.split(","))
     for layer in layers:
