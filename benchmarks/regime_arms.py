@@ -211,7 +211,14 @@ def main() -> int:
             else:
                 verifier_name = name.split(":")[0]
                 if labels == "dev":
-                    verifier = fit_with_dev(features, mask, groups, dev_features, dev_mask, dev_labels, config)[0].verifier
+                    try:
+                        verifier = fit_with_dev(features, mask, groups, dev_features, dev_mask, dev_labels,
+                                                config)[0].verifier
+                    except RuntimeError as err:  # e.g. no try reaches the selection's dev accuracy: a result
+                        report["arms"][f"layer {layer} | {name}"] = {"not_run": str(err)}
+                        report["gold_labels_used"][f"layer {layer} | {name}"] = k
+                        print(f"layer {layer} | {name}: not run: {err}", flush=True)
+                        continue
                 else:
                     verifier = fit(dev_features, dev_mask, dev_groups, config, labels=dev_labels).verifier
                 store_scores(scored, verifier, features, verifier_name)
