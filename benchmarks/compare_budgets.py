@@ -21,7 +21,8 @@ from lover_lmeval.core.stats import paired_bootstrap
 def per_question(report: dict) -> dict[str, np.ndarray]:
     """Row name -> 0/1 correctness per question, for the baselines and every arm's LoVer(sum)."""
     rows = {name: bits for name, bits in report["baseline_per_question"].items()}
-    rows.update({f"{arm} (sum)": entry["per_question_sum"] for arm, entry in report["arms"].items()})
+    rows.update({f"{arm} (sum)": entry["per_question_sum"] for arm, entry in report["arms"].items()
+                 if "not_run" not in entry})  # an arm that could not run (regime_arms: no probe selected)
     return {name: np.array([int(c) for c in bits], dtype=float) for name, bits in rows.items()}
 
 

@@ -120,6 +120,8 @@ def main() -> int:
     solutions = json.loads((args.export / "answers_gt_test.json").read_text())
     report = json.loads(args.ours.read_text())
     ours = report["arms"][args.ours_row]
+    if "not_run" in ours:
+        raise SystemExit(f"--ours-row {args.ours_row!r} was not run in {args.ours}: {ours['not_run']}")
     n = len(ours["per_question_sum"])
     if len(model_answers) != n or len(solutions) != n:  # else their seeded test draw is not the identity
         raise SystemExit(f"export holds {len(model_answers)} questions, ours {n}: export exactly ours")

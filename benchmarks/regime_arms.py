@@ -42,7 +42,7 @@ from lover_lmeval.apps.train import task_extractor
 from lover_lmeval.core.answers import get_extractor
 from lover_lmeval.core.bank import BankConfig
 from lover_lmeval.core.checkpoints import gold_labels_used, label_tag, load_checkpoint
-from lover_lmeval.core.dev_select import fit_with_dev
+from lover_lmeval.core.dev_select import NoProbeSelected, fit_with_dev
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.pipeline import Pipeline
 from lover_lmeval.core.results import LoverResult
@@ -170,7 +170,7 @@ def main() -> int:
                                                          np.random.default_rng(0)),
               # an fp32 run would only pair its records with themselves
               "precision": (precision_check(lm, *test_prompts, test, gold, extract_name)
-                            if args.dtype != "float32" else None), "arms": {}}
+                            if lm.model.dtype != torch.float32 else None), "arms": {}}
     authors = dataclasses.replace(VerifierConfig.from_regime("authors"), seed=args.seed)
     wanted = set() if args.checkpoints_only else set(args.arms.split(","))
     for layer in layers:
@@ -214,7 +214,7 @@ def main() -> int:
                     try:
                         verifier = fit_with_dev(features, mask, groups, dev_features, dev_mask, dev_labels,
                                                 config)[0].verifier
-                    except RuntimeError as err:  # e.g. no try reaches the selection's dev accuracy: a result
+                    except NoProbeSelected as err:  # no try reaches the selection's dev accuracy: a result
                         report["arms"][f"layer {layer} | {name}"] = {"not_run": str(err)}
                         report["gold_labels_used"][f"layer {layer} | {name}"] = k
                         print(f"layer {layer} | {name}: not run: {err}", flush=True)

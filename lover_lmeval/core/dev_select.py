@@ -30,6 +30,12 @@ from .verifier import FitResult, Verifier, seeded_verifier, train_restart, unsup
 from .verifier_config import VerifierConfig, fields_from_string
 
 
+
+class NoProbeSelected(RuntimeError):
+    """Every try stayed below the selection's dev-accuracy floor (or diverged): on these dev questions no probe
+    reaches the accuracy the authors' protocol requires, so it has no probe to keep."""
+
+
 @dataclass
 class DevSelection:
     """How the dev labels choose the probe (the authors' constants as defaults)."""
@@ -130,7 +136,7 @@ def fit_with_dev(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tenso
         if rows is None or track["state"] is None or track["low"] > selection.low_accuracy_limit:
             abnormal += 1
             if abnormal > selection.max_abnormal:
-                raise RuntimeError(f"dev-label selection: {abnormal} abnormal tries (dev accuracy below "
+                raise NoProbeSelected(f"dev-label selection: {abnormal} abnormal tries (dev accuracy below "
                                    f"{selection.low_accuracy} or a non-finite loss); no probe to keep")
             continue
         verifier.load_state_dict(track["state"])

@@ -57,7 +57,7 @@ def check_layer(layer: int | None, n_layers: int, name: str = "layer") -> int:
     Index 0, the token embeddings, is refused: phi(x) is read at the template's last token, whose embedding is the
     same vector for every branch, so a verifier could learn nothing from it (and banked branches never run it)."""
     if layer is None:
-        return n_layers // 2
+        return max(1, n_layers // 2)
     allowed = f"use 1..{n_layers} (1 = first block, {n_layers} = last) or a negative index down to {-n_layers}"
     if not -(n_layers + 1) <= layer <= n_layers:
         raise ValueError(f"{name}={layer} is out of range for this model: {allowed}.")

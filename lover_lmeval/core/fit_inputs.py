@@ -105,7 +105,7 @@ def normalized_inputs(features: torch.Tensor, mask: torch.Tensor,
                       config) -> tuple[NormalizedInputs, torch.Tensor, torch.Tensor]:
     """``(normalized (Q, N, 2, D), mean (2, D), std (2, D))``, statistics from the real branches, computed once for
     every step of a fit; streamed per chunk of questions above ``config.max_dense_gib``. ``config`` is the fit's
-    ``VerifierConfig`` (not imported: verifier.py imports this module)."""
+    ``VerifierConfig`` (any object with its ``normalize``, ``max_dense_gib`` and ``batch_questions`` fields)."""
     chunk = dense_chunk(features, config.max_dense_gib)
     if chunk is not None and config.batch_questions == 0:
         # Full-batch steps would rebuild the whole float32 copy at every step: no memory saved, only time lost.

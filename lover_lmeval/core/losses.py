@@ -45,7 +45,8 @@ class LossTerm:
 
 #: How a term reduces over branches and questions: "all" = the paper's equations (sums over every branch and
 #: pair, then the mean over questions); "representative" = the authors' code (losses_authors.py; it and the
-#: variants of losses_variants.py register by importing the core package). inter_logic, balance and supervised have no representative variant and keep theirs.
+#: variants of losses_variants.py register by importing the core package). inter_logic, balance and supervised
+#: have no representative variant and keep theirs.
 REDUCTIONS = ("all", "representative")
 #: reduction -> term name -> term, in registration order; a loss spec ("nega+intra+inter") names these.
 LOSS_TERMS: dict[str, dict[str, LossTerm]] = {reduction: {} for reduction in REDUCTIONS}

@@ -21,6 +21,7 @@ from .losses import sample_pairs, sample_representatives, score, total_loss
 # VerifierConfig, fit`).
 from .verifier_config import REGIMES, VerifierConfig, config_from_string  # noqa: F401
 
+
 class Verifier(nn.Module):
     """MLP ``D -> hidden -> ... -> 1`` with sigmoid output, applied to x+ and x- alike."""
 

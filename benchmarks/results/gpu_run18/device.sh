@@ -2,7 +2,8 @@
 # The device side of RESULTS run 18 A, one verb a tool call (each call re-syncs the repository copy, so everything
 # lives under $W): setup (wheels, data, banks, piece 0, a check that the stack imports and sees the GPU), piece NN,
 # launch SECONDS (assemble and verify the GGUF, start job.sh detached, then wait), wait SECONDS; launch and wait
-# copy the banks, logs and checkpoints into $OUT when the job ends or SECONDS pass.
+# copy the banks, logs and checkpoints into $OUT when the job ends (or fails) or SECONDS pass. STEPS (job.sh's)
+# passes through: `STEPS=arms bash .../device.sh launch 480` runs only the test-time arms.
 W=/root/w; SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 export PYTHONPATH=$W/site:$W/repo LOVER_DATA_DIR=$W/data LOVER_CACHE_DIR=$W/cache HF_HUB_OFFLINE=1 \
   HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
@@ -14,7 +15,8 @@ collect() {  # at most 8 files back: the two banks, one tarball of logs/JSONs, o
 }
 wait_job() {  # until the job ends or $1 seconds pass, printing progress every minute
   local end=$(( $(date +%s) + $1 )) i=0
-  while [ $(date +%s) -lt $end ] && ! grep -q "=== .* done" $W/out/job.log 2>/dev/null; do
+  while [ $(date +%s) -lt $end ] && ! grep -q "=== .* \(done\|FAILED\)$" $W/out/job.log 2>/dev/null \
+      && pgrep -f gpu_run18/job.sh > /dev/null; do
     sleep 5; i=$((i + 1))
     [ $((i % 12)) -eq 0 ] && { date -u +%T; tail -n1 $W/out/job.log; tail -qn1 $W/out/*.log 2>/dev/null | cut -c1-160; }
   done
@@ -48,7 +50,7 @@ print('test docs', len(list(t.test_docs())), 'train docs', len(list(t.training_d
     rm -rf $W/repo && mkdir -p $W/repo $W/m && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ \
       && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
     cat $W/p/p?? > $W/m/q15.gguf && echo "$SHA  $W/m/q15.gguf" | sha256sum -c || exit 1
-    BATCH=128 PY=python3 R=$W/repo G=$W/m/q15.gguf B=$W/banks O=$W/out setsid nohup bash $W/repo/benchmarks/results/gpu_run18/job.sh \
+    STEPS="${STEPS:-decode arms train}" BATCH=128 PY=python3 R=$W/repo G=$W/m/q15.gguf B=$W/banks O=$W/out setsid nohup bash $W/repo/benchmarks/results/gpu_run18/job.sh \
       > $W/out/job.log 2>&1 < /dev/null &
     sleep 2; wait_job $2 ;;
   wait) wait_job $2 ;;

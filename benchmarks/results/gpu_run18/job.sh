@@ -11,6 +11,7 @@ TEST=${TEST:-150:400}; TRAIN=${TRAIN:-0:200}; ALLTEST=${ALLTEST:-0:400}; DEV=${D
 LIMIT=${LIMIT:-200}; K=${K:-66}; THREADS=${THREADS:-2}; PY=${PY:-python}
 STEPS=${STEPS:-decode arms train}  # e.g. STEPS=arms: only the test-time arms (the banks and checkpoints are committed)
 want() { [[ " $STEPS " == *" $1 "* ]]; }
+for s in $STEPS; do [[ " decode arms train " == *" $s "* ]] || { echo "STEPS=$STEPS: '$s' is not a step (decode arms train, space-separated)"; exit 2; }; done
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
 cd "$R" || exit 1
 mkdir -p "$O/ckpt"
