@@ -30,7 +30,6 @@ from .verifier import FitResult, Verifier, seeded_verifier, train_restart, unsup
 from .verifier_config import VerifierConfig, fields_from_string
 
 
-
 class NoProbeSelected(RuntimeError):
     """Every try stayed below the selection's dev-accuracy floor (or diverged): on these dev questions no probe
     reaches the accuracy the authors' protocol requires, so it has no probe to keep."""
@@ -137,7 +136,7 @@ def fit_with_dev(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tenso
             abnormal += 1
             if abnormal > selection.max_abnormal:
                 raise NoProbeSelected(f"dev-label selection: {abnormal} abnormal tries (dev accuracy below "
-                                   f"{selection.low_accuracy} or a non-finite loss); no probe to keep")
+                                      f"{selection.low_accuracy} or a non-finite loss); no probe to keep")
             continue
         verifier.load_state_dict(track["state"])
         history += [{"restart": len(tries), **row} for row in rows]

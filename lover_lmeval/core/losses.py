@@ -237,6 +237,7 @@ def score(p_pos: torch.Tensor, p_neg: torch.Tensor) -> torch.Tensor:
 
 def parse_loss_spec(spec: str | dict[str, float]) -> dict[str, float]:
     """Parse ``"nega+0.5*intra+inter_logic"`` into ``{"nega": 1.0, "intra": 0.5, "inter_logic": 1.0}``."""
+    allowed = allowed_terms()  # once a call: total_loss parses the spec on every training step
     if isinstance(spec, dict):
         items = list(spec.items())
     else:
@@ -247,12 +248,12 @@ def parse_loss_spec(spec: str | dict[str, float]) -> dict[str, float]:
             match = _TERM_RE.match(part.strip())
             if match is None:
                 raise ValueError(f"cannot parse loss term {part.strip()!r} in {spec!r}; "
-                                 f"expected 'term' or 'weight*term' with term in {', '.join(allowed_terms())}")
+                                 f"expected 'term' or 'weight*term' with term in {', '.join(allowed)}")
             items.append((match["t"], float(match["w"]) if match["w"] else 1.0))
     out: dict[str, float] = {}
     for term, weight in items:
-        if term not in allowed_terms():
-            raise ValueError(f"unknown loss term {term!r}; allowed terms: {', '.join(allowed_terms())}")
+        if term not in allowed:
+            raise ValueError(f"unknown loss term {term!r}; allowed terms: {', '.join(allowed)}")
         if term in out:
             raise ValueError(f"loss term {term!r} appears twice in {spec!r}")
         weight = float(weight)
@@ -260,7 +261,7 @@ def parse_loss_spec(spec: str | dict[str, float]) -> dict[str, float]:
             raise ValueError(f"weight of loss term {term!r} must be finite and >= 0, got {weight}")
         out[term] = weight
     if not out:
-        raise ValueError(f"loss spec {spec!r} names no terms; allowed terms: {', '.join(allowed_terms())}")
+        raise ValueError(f"loss spec {spec!r} names no terms; allowed terms: {', '.join(allowed)}")
     return out
 
 

@@ -7,9 +7,9 @@ but reduces them differently; written here from reading it, for `regime=authors`
   pooled: ``L_nega = mean_(q,k) [ min(p+_a, p-_a)^2 + (p+_a + p-_a - 1)^2 ]``;
 * intra-group on **one random pair** (i, j) per group of two or more branches, averaged over those groups pooled:
   ``L_intra = mean_(q,k) [ (p+_i - p+_j)^2 + (p-_i - p-_j)^2 ]`` (0 when no group has two branches);
-* inter-group with the raw-probability entropy of :func:`losses_variants.inter_raw_per_question` (their code's term), averaged
-  **within buckets of questions with the same number of groups**, then over the buckets; the paper's normalised
-  entropy (``inter``) is bucketed the same way when a spec names it with this reduction.
+* inter-group with the raw-probability entropy of :func:`losses_variants.inter_raw_per_question` (their code's
+  term), averaged **within buckets of questions with the same number of groups**, then over the buckets; the
+  paper's normalised entropy (``inter``) is bucketed the same way when a spec names it with this reduction.
 
 Each is registered under the same name as the paper's term, for reduction "representative".
 
