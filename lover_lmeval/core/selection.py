@@ -9,6 +9,8 @@ answer is returned. Strategies (score of a branch -> score of a group):
 - cot_max / cot_sum: CoT-decoding confidence, Delta = mean over the answer-span tokens of
   p(top1) - p(top2); a branch without an answer has Delta = 0. Group = max / sum of its branches.
 - lover_max / lover_sum: verifier score p = (p+ + 1 - p-) / 2; group = max / sum.
+- self_certainty(_borda), deepconf10_w32 / deepconf90_w32, cisc_t0.1, loglik_max / loglik_vote, short3: label-free
+  selectors from per-token statistics (`Branch.stats`) or token counts, in selectors.py.
 - pass_at_n: an *oracle*, not a selector: it reads the gold answer and returns it if any branch has it. It is
   an upper bound for every selector.
 
