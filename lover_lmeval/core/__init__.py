@@ -10,7 +10,8 @@ Stages, in pipeline order (pipeline.py runs them):
                 losses_variants.py, the authors' reductions in losses_authors.py);
 - verifier.py   the MLP probe and its label-free fit (its `VerifierConfig` and regimes: verifier_config.py);
 - scoring.py    results -> batched tensors -> the test-time fit's scores, orientation and warnings;
-- selection.py  strategies (registry) that pick one answer per question;
+- selection.py  strategies (registry) that pick one answer per question; selectors.py adds those that read the
+                branches' per-token statistics (self-certainty, DeepConf, CISC, log-likelihood, short-m@k);
 
 with branch.py (a decoded solution: `Branch`, its margins, why it ended, where its text is cut), kv.py (the
 KV-cache plumbing of decoding and features), results.py (what a question yields), bank.py
@@ -18,6 +19,7 @@ KV-cache plumbing of decoding and features), results.py (what a question yields)
 config per component, from model_args).
 """
 
-# The loss variants and the authors' reductions register themselves next to the paper's terms; importing them
-# here makes them available wherever any core module is used, whatever was imported first.
-from . import losses_authors, losses_variants  # noqa: E402,F401
+# The loss variants, the authors' reductions and the token-statistics selectors register themselves next to the
+# paper's terms and the base strategies; importing them here makes them available wherever any core module is used,
+# whatever was imported first.
+from . import losses_authors, losses_variants, selectors  # noqa: E402,F401
