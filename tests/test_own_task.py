@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 QUESTIONS = [{"question": "Tom has 50 apples and finds 1 more. How many apples?", "answer": "51.0"},
@@ -48,3 +50,58 @@ def test_lover_match_compares_in_the_extractors_normal_form():
     assert lover_match(["51"], ["52"]) == {"lover_match": 0.0}
     assert lover_match(["Yes."], ["yes"], extract="yes_no") == {"lover_match": 1.0}
     assert lover_match(["no answer here"], ["no answer here"]) == {"lover_match": 1.0}  # unreadable gold: as text
+
+
+def _own_task(tmp_path, monkeypatch, metric: str = "lover_match"):
+    """The README's YAML (its metric swapped for `metric`) and its questions in tmp_path, the working directory."""
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "my_arith.yaml").write_text(readme_yaml().replace("metric: lover_match", f"metric: {metric}"))
+    (tmp_path / "my_arith.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    monkeypatch.chdir(tmp_path)  # the YAML's data_files path is relative to where lm-eval runs
+    return folder
+
+
+def test_lover_compare_reads_the_own_tasks_lover_match(tmp_path, monkeypatch, tiny_model_dir):
+    """The README's task is scored by lover_match: `lover compare` used to end, after the whole run, with
+    KeyError: 'exact_match'. Now each of the 5 filters is a row over the 2 questions, read from lover_match."""
+    from lover_lmeval.apps.cli import main
+
+    folder = _own_task(tmp_path, monkeypatch)
+    assert main(["compare", "--model_args", f"pretrained={tiny_model_dir},n_branches=2", "--tasks", "my_arith",
+                 "--include_path", str(folder), "--limit", "2", "--gen_kwargs", "max_gen_toks=4", "--n_boot", "50",
+                 "--cv_folds", "0", "--out", str(tmp_path / "out")]) == 0
+    entry = json.loads((tmp_path / "out" / "leaderboard.json").read_text())["tasks"]["my_arith"]
+    assert entry["metric"] == "lover_match"
+    assert set(entry["rows"]) == {"greedy", "majority", "cot_sum", "lover_sum", "pass_at_n"}
+    assert all(row["n"] == 2 for row in entry["rows"].values())
+
+
+def test_lover_compare_refuses_a_metric_it_cannot_read(tmp_path, monkeypatch):
+    """bleu is no per-question 0/1 score: check_task (what compare() runs on every task before the model loads)
+    refuses it in one line naming the task, the metric and the fix. Its task comes from lm-eval's own loader, without
+    lm-eval's default tasks: indexing those takes seconds."""
+    from lm_eval.tasks import TaskManager
+
+    from lover_lmeval.apps.compare import TaskNotComparable, check_task
+
+    folder = _own_task(tmp_path, monkeypatch, metric="bleu")
+    task = TaskManager(include_path=str(folder), include_defaults=False).load(["my_arith"])["tasks"]["my_arith"]
+    with pytest.raises(TaskNotComparable) as refusal:
+        check_task(task)
+    message = str(refusal.value)
+    assert "\n" not in message and "'my_arith'" in message and "['bleu']" in message
+    assert "metric: lover_match" in message
+    (folder / "my_arith.yaml").write_text(readme_yaml())  # as written: lover_match
+    task = TaskManager(include_path=str(folder), include_defaults=False).load(["my_arith"])["tasks"]["my_arith"]
+    assert check_task(task) == ("number", "lover_match", "number")  # extractor, metric, the metric's gold extractor
+
+
+def test_compare_reads_the_gold_answer_as_the_metric_does():
+    """lover_match (extract=number) reads "51.0" as 51 and "$1,200" as 1200, a target it cannot read as its text;
+    exact_match (no gold extractor) compares the stripped target as text."""
+    from lover_lmeval.apps.compare import metric_gold
+
+    assert metric_gold("51.0", "number") == "51" and metric_gold("$1,200", "number") == "1200"
+    assert metric_gold(" no answer here ", "number") == "no answer here"
+    assert metric_gold(" 51.0 ", None) == "51.0"

@@ -10,8 +10,6 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from ..core.bank_store import convert, open_store, store_kind
-
 
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("action", choices=("info", "convert"), help="info: count records; convert: copy them")
@@ -20,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args) -> int:
+    from ..core.bank_store import convert, open_store, store_kind  # lazy: core/__init__ loads torch, --help must not
+
     if args.action == "convert":
         if not args.destination:
             raise SystemExit("lover bank convert needs a destination: lover bank convert SOURCE DEST")

@@ -1,6 +1,8 @@
 """`lover` command line: `lover igsm` (iGSM problems), `lover train` (fit a verifier), `lover compare`.
 
-Subcommand modules are imported only when their subcommand runs, so `lover --help` stays instant.
+Subcommand modules are imported only when their subcommand runs, so `lover --help` stays instant; and they import
+torch, lm-eval, transformers and every core module (core/__init__.py loads torch) inside the functions that run the
+command, never at their top, so `lover <subcommand> --help` is instant too (tests/test_cli_help.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`lover compare`: a leaderboard of selection strategies, with bootstrap intervals, from lm-eval runs.
 
 Each task is evaluated once through lm-eval's `simple_evaluate` (`--model lover_hf`, so the numbers are
-lm-eval's own `exact_match` per filter). Rows that the task YAML does not carry are derived from the
+lm-eval's own, per filter, of the metric the task declares: `exact_match`, or `lover_match` for a user's own task;
+a task with neither is refused before the model loads). Rows that the task YAML does not carry are derived from the
 same in-process results: the supervised ceiling (when `supervised_verifier=` is given), the number of
 distinct answers per question, accuracy as a function of N (the first n branches, verifier refit
 label-free on them), a cross-fitted supervised ceiling (`supervised_cv_*`), verifier diagnostics (AUROC,
@@ -17,20 +18,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from lm_eval import simple_evaluate
-from lm_eval.tasks import TaskManager
-from lm_eval.utils import simple_parse_args_string
 
-from ..core.answers import get_extractor, n_answer_groups
-from ..core.checkpoints import gold_labels_used, label_tag, load_checkpoint
-from ..core.features import check_layer
-from ..core.files import write_text
-from ..core.results import LoverResult
-from ..core.scoring import batch_results, fit_on_results, store_scores, unparsed_counts
-from ..core.stats import bootstrap_interval, paired_bootstrap
-from ..harness.model import LoverLM
-from .diagnostics import branch_records, cross_fit_supervised, diagnose, layer_sweep, strategy_correct
-from .plots import plot_curves
 from .train import add_lm_eval_arguments, task_extractor
 
 log = logging.getLogger(__name__)
@@ -38,24 +26,83 @@ log = logging.getLogger(__name__)
 ROWS_VERIFIERS = ("lover", "supervised", "supervised_cv")  # names taken by built-in rows
 ROWS = ("greedy", "majority", "cot_max", "cot_sum", "lover_max", "lover_sum", "supervised_max", "supervised_sum",
         "supervised_cv_max", "supervised_cv_sum", "pass_at_n")
+# The metrics whose per-sample value is the 0/1 correctness of the filter's pick, which every row needs
+READABLE_METRICS = ("lover_match", "exact_match")
+
+
+class TaskNotComparable(ValueError):
+    """A task `lover compare` cannot score (no one lover_select extractor, or no metric it can read); raised before
+    the model loads, and `lover compare` prints it as a one-line refusal."""
+
+
+def task_metric(task) -> tuple[str, str | None]:
+    """The first of READABLE_METRICS in the task's metric_list (lm-eval's default for the task's output type when it
+    has none), and the extractor that metric reads the gold answer with: lover_match's `extract` (its own default
+    "number"), None for exact_match (the target as text)."""
+    entries = task.config.metric_list
+    if entries is None:
+        from lm_eval.api.registry import DEFAULT_METRIC_REGISTRY  # lazy: lm-eval takes seconds, --help must not wait
+
+        entries = [{"metric": name} for name in DEFAULT_METRIC_REGISTRY.get(task.config.output_type, [])]
+    # a metric may be a function (`metric: !function utils.score`); lm-eval names its samples' key after it
+    names = [m if isinstance(m, str) else getattr(m, "__name__", repr(m)) for m in (e.get("metric") for e in entries)]
+    for name, entry in zip(names, entries):
+        if name in READABLE_METRICS:
+            return name, entry.get("extract", "number") if name == "lover_match" else None
+    raise TaskNotComparable(
+        f"lover compare cannot read the metric of task {task.config.task!r} (found {names}): it needs each question's "
+        f"0/1 score of the selected answer; list `metric: lover_match` (as README's 'Bring your own task' does) or "
+        f"`metric: exact_match` (targets already in the extractor's normal form) in the task's metric_list.")
+
+
+def check_task(task) -> tuple[str, str, str | None]:
+    """The task's extractor, metric and the metric's gold extractor (task_metric), or TaskNotComparable naming what
+    is wrong: what `compare` checks of every task before any model loads or decodes."""
+    try:
+        extract_name = task_extractor(task)
+    except ValueError as error:
+        raise TaskNotComparable(f"lover compare: {error}") from None
+    return extract_name, *task_metric(task)
+
+
+def metric_gold(target, gold_extract: str | None) -> str:
+    """The gold answer as the metric compares it: the stripped text (exact_match, `gold_extract=None`), else its
+    normal form under `gold_extract` ("51.0" -> "51"; the stripped text when that extractor cannot read it), as
+    lover_match does (harness/metric.py), so the rows computed here (verifier rows, diagnostics, curves) agree."""
+    gold = str(target).strip()
+    if gold_extract is None:
+        return gold
+    from ..data.tasks import normalise_target  # lazy: it loads torch and datasets, --help must not wait
+
+    try:
+        return normalise_target(gold, gold_extract)
+    except ValueError:
+        return gold
 
 
 def verifier_rows(results: list, gold: list[str], extract, verifier: str, prefix: str,
                   tag: str = "") -> dict[str, np.ndarray]:
     """Rows `{prefix}_max{tag}` / `{prefix}_sum{tag}`: LoVer selection with the scores of `verifier`; `tag` says
     how many gold labels made it (checkpoints.label_tag)."""
+    from .diagnostics import strategy_correct  # lazy: it loads torch, --help must not wait
+
     return {f"{prefix}_{reduce}{tag}": strategy_correct(results, gold, f"lover_{reduce}", extract, verifier)
             for reduce in ("max", "sum")}
 
 
-def table_from_samples(samples: list[dict], extract) -> tuple[dict[str, np.ndarray], list, list[str], list[int]]:
-    """Per-strategy 0/1 correctness over questions (sorted by doc_id), the results, the targets, the doc_ids."""
+def table_from_samples(samples: list[dict], extract, metric: str = "exact_match", gold_extract: str | None = None
+                       ) -> tuple[dict[str, np.ndarray], list, list[str], list[int]]:
+    """Per-strategy 0/1 correctness over questions (sorted by doc_id) from lm-eval's logged samples, as `metric`
+    scored them; the results, the gold answers as `metric` reads them (metric_gold), the doc_ids."""
     by_filter: dict[str, dict[int, float]] = {}
     results, targets = {}, {}
     for sample in samples:
-        by_filter.setdefault(sample["filter"], {})[sample["doc_id"]] = float(sample["exact_match"])
+        if metric not in sample:
+            raise TaskNotComparable(f"lover compare reads metric {metric!r}, but lm-eval's samples carry "
+                                    f"{sample.get('metrics')}; name the task's metric in its metric_list.")
+        by_filter.setdefault(sample["filter"], {})[sample["doc_id"]] = float(sample[metric])
         results[sample["doc_id"]] = sample["resps"][0][0]
-        targets[sample["doc_id"]] = str(sample["target"]).strip()
+        targets[sample["doc_id"]] = metric_gold(sample["target"], gold_extract)
     ids = sorted(results)
     table = {name: np.array([rows[i] for i in ids]) for name, rows in by_filter.items()}
     ordered = [results[i] for i in ids]
@@ -67,6 +114,11 @@ def table_from_samples(samples: list[dict], extract) -> tuple[dict[str, np.ndarr
 
 def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, config=None) -> dict[str, list[float]]:
     """Majority and LoVer(sum) using only the first n branches, n = 1..N (verifier refit on them)."""
+    # lazy: they load torch, and `lover compare --help` must not wait for it
+    from ..core.results import LoverResult
+    from ..core.scoring import fit_on_results
+    from .diagnostics import strategy_correct
+
     n_max = min(len(r.branches) for r in results)
     curves = {"n": list(range(1, n_max + 1)), "majority": [], "lover_sum": []}
     for n in curves["n"]:
@@ -121,7 +173,25 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
             n_boot: int = 2000, seed: int = 0, gen_kwargs: str | None = None,
             apply_chat_template: bool = False, layers: list[int] | None = None, cv_folds: int = 2,
             checkpoints: dict[str, str] | None = None) -> dict:
+    from lm_eval.tasks import TaskManager  # lazy: lm-eval takes seconds to import, --help must not wait
+
     manager = TaskManager(include_path=include_path)
+    # Every task's extractor and metric, before the model loads: a metric read only after decoding ended the run there
+    checked = {task: check_task(manager.load([task])["tasks"][task]) for task in tasks}
+    # lazy: lm-eval, transformers and torch take seconds to import, and `lover compare --help` must not wait for them
+    from lm_eval import simple_evaluate
+    from lm_eval.utils import simple_parse_args_string
+
+    from ..core.answers import get_extractor, n_answer_groups
+    from ..core.checkpoints import gold_labels_used, label_tag, load_checkpoint
+    from ..core.features import check_layer
+    from ..core.files import write_text
+    from ..core.scoring import batch_results, store_scores, unparsed_counts
+    from ..core.stats import bootstrap_interval, paired_bootstrap
+    from ..harness.model import LoverLM
+    from .diagnostics import branch_records, cross_fit_supervised, diagnose, layer_sweep
+    from .plots import plot_curves
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -148,12 +218,12 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     lover_sum = "lover_sum" + tags.get("lover", "")
     curves, layer_curves, per_question, branches = {}, {}, [], []
     for task in tasks:
-        extract_name = task_extractor(manager.load([task])["tasks"][task])
+        extract_name, metric, gold_extract = checked[task]
         extract = get_extractor(extract_name)
         pipeline.extract = extract_name  # the test-time fit groups answers as this task's filters do (one model, many tasks)
         evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,
                                     gen_kwargs=gen_kwargs or None, apply_chat_template=apply_chat_template)
-        table, results, gold, doc_ids = table_from_samples(evaluated["samples"][task], extract)
+        table, results, gold, doc_ids = table_from_samples(evaluated["samples"][task], extract, metric, gold_extract)
         for name in pipeline.verifier_meta:
             for reduce in ("max", "sum"):
                 if tags[name] and f"{name}_{reduce}" in table:
@@ -182,7 +252,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
                                   for r in results]))
         curves[task] = accuracy_vs_n(results, gold, extract, extract_name, pipeline.config.fit)
         unparsed, without = unparsed_counts(results, extract_name)
-        report["tasks"][task] = {"extract": extract_name, "rows": rows, "paired": paired,
+        report["tasks"][task] = {"extract": extract_name, "metric": metric, "rows": rows, "paired": paired,
                                  "distinct_answers": distinct, "unparsed_branches": unparsed,
                                  "questions_without_answer": without, "accuracy_vs_n": curves[task],
                                  "diagnostics": diagnostics}
@@ -231,9 +301,12 @@ def run(args) -> int:
     if any(len(pair) != 2 or not pair[0] or pair[0] in ROWS_VERIFIERS for pair in pairs):
         raise SystemExit(f"--verifiers {args.verifiers!r} must be NAME=PATH pairs with names other than "
                          f"{', '.join(ROWS_VERIFIERS)}, e.g. trained=verifier_ckpts/m/gsm8k.safetensors")
-    report = compare(args.model_args, args.tasks.split(","), args.include_path, args.limit, args.out,
-                     args.n_boot, args.seed, args.gen_kwargs, args.apply_chat_template, layers, args.cv_folds,
-                     dict(pairs))
+    try:
+        report = compare(args.model_args, args.tasks.split(","), args.include_path, args.limit, args.out,
+                         args.n_boot, args.seed, args.gen_kwargs, args.apply_chat_template, layers, args.cv_folds,
+                         dict(pairs))
+    except TaskNotComparable as refusal:  # a one-line refusal, not a traceback: the task needs a fix, not the code
+        raise SystemExit(str(refusal)) from None
     print(render_markdown(report))
     print(render_diagnostics(report))
     return 0

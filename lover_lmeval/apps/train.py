@@ -14,22 +14,15 @@ import os
 from pathlib import Path
 
 import numpy as np
-from lm_eval.tasks import TaskManager
-from lm_eval.utils import simple_parse_args_string
-
-from ..core.answers import n_answer_groups
-from ..core.checkpoints import save_checkpoint
-from ..core.dev_select import fit_with_dev, parse_select, selection_from_string
-from ..core.files import write_text
-from ..core.loading import cache_dir
-from ..core.losses import allowed_terms
-from ..core.scoring import answer_ids, batch_results, gold_labels, orient_fit
-from ..core.verifier import fit
-from ..core.verifier_config import VerifierConfig, config_from_string
-from ..harness.model import LoverLM
-from .plots import plot_history
 
 log = logging.getLogger(__name__)
+
+# VerifierConfig's losses and seed defaults and the loss terms a user may name (core.losses.allowed_terms() but
+# "supervised"), repeated because any core import loads torch (core/__init__.py) and `lover train --help` must not
+# wait for it; tests/test_cli_help.py checks them against the core.
+DEFAULT_LOSSES = "nega+intra+inter"
+DEFAULT_SEED = 0
+LOSS_TERMS = ("nega", "intra", "inter", "inter_raw", "inter_logic", "balance")
 
 
 def task_extractor(task) -> str:
@@ -73,6 +66,21 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     `losses=None` keeps the fit config's own (VerifierConfig's default, or its regime's). `select="dev:K"`: the K documents after the first `limit` are
     labelled dev questions (dev_select.py); with `supervised` the probe is trained on their labels alone
     (supervised[devK]). The metadata's `gold_labels_used` counts every gold label the checkpoint saw."""
+    # lazy: lm-eval, transformers and torch take seconds to import, and `lover train --help` must not wait for them
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import simple_parse_args_string
+
+    from ..core.answers import n_answer_groups
+    from ..core.checkpoints import save_checkpoint
+    from ..core.dev_select import fit_with_dev, parse_select, selection_from_string
+    from ..core.files import write_text
+    from ..core.loading import cache_dir
+    from ..core.scoring import answer_ids, batch_results, gold_labels, orient_fit
+    from ..core.verifier import fit
+    from ..core.verifier_config import config_from_string
+    from ..harness.model import LoverLM
+    from .plots import plot_history
+
     n_dev = parse_select(select)
     task = TaskManager(include_path=include_path).load([task_name])["tasks"][task_name]
     extract = task_extractor(task)
@@ -154,10 +162,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="checkpoint path (.safetensors); .json/.report.json/.losses.png beside it")
     parser.add_argument("--supervised", action="store_true", help="ceiling baseline: BCE on gold correctness")
     parser.add_argument("--losses", default=None, help="'+'-separated subset of the terms "
-                        f"{', '.join(t for t in allowed_terms() if t != 'supervised')}: the paper's nega, intra, inter; "
+                        f"{', '.join(LOSS_TERMS)}: the paper's nega, intra, inter; "
                         "inter_raw, inter_logic: variants; balance: experimental cross-question prior (default: the "
-                        f"fit config's, {VerifierConfig.losses} unless its regime says otherwise)")
-    parser.add_argument("--seed", type=int, default=VerifierConfig.seed, help="seed of the fit (initialisation, batching, restarts)")
+                        f"fit config's, {DEFAULT_LOSSES} unless its regime says otherwise)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the fit (initialisation, batching, restarts)")
     parser.add_argument("--fit_config", default="", help="more VerifierConfig fields, ';'-separated, e.g. "
                         "'curriculum=0.2;epochs=60' (losses and seed have their own options)")
     parser.add_argument("--bank", default=None, help="branch bank file (default: in the lover-lmeval cache dir)")
