@@ -43,8 +43,9 @@ class BankSet:
     """lm-eval task(s) whose documents the records answer (MMLU-Pro and iGSM sets span several)."""
     split: str
     """The tasks' split."""
-    docs: int
-    """The first `docs` documents of each task (the banks README says how many were decoded)."""
+    docs: int | tuple[int, ...]
+    """The first `docs` documents of each task, or one count per task (the banks README says how many were
+    decoded)."""
     budget: int
     """max_gen_toks of the records (part of their key)."""
     extract: str
@@ -63,7 +64,7 @@ SETS = {
                          "number"),
     "0.5b/mmlu_pro": BankSet("qwen2.5-coder-0.5b-instruct", "lover_mmlu_pro-test.jsonl.gz",
                              ("lover_mmlu_pro_biology", "lover_mmlu_pro_computer_science", "lover_mmlu_pro_history",
-                              "lover_mmlu_pro_physics"), "test", 100, 1024, "choice"),
+                              "lover_mmlu_pro_physics"), "test", (100, 100, 50, 8), 1024, "choice"),
     **{f"0.5b/bbh_{name}": BankSet("qwen2.5-coder-0.5b-instruct", f"lover_bbh_{name}.jsonl.gz", (f"lover_bbh_{name}",),
                                    "test", 250, 512, extract)
        for name, extract in (("boolean_expressions", "true_false"), ("causal_judgement", "yes_no"),
@@ -131,9 +132,10 @@ def _documents(bank_set: BankSet) -> list[tuple[str, int, str, str]]:
 
     out = []
     tasks = get_task_dict(list(bank_set.tasks), TaskManager())
-    for name in bank_set.tasks:
+    counts = bank_set.docs if isinstance(bank_set.docs, tuple) else (bank_set.docs,) * len(bank_set.tasks)
+    for name, count in zip(bank_set.tasks, counts, strict=True):
         task = tasks[name]
-        docs = list(task.dataset[bank_set.split])[: bank_set.docs]
+        docs = list(task.dataset[bank_set.split])[:count]
         out += [(name, i, task.doc_to_text(doc), str(doc["target"])) for i, doc in enumerate(docs)]
     return out
 

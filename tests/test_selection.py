@@ -113,3 +113,28 @@ def test_scores_within_the_tolerance_tie_and_the_larger_group_wins():
     assert pick("lover_max", [0.5, 0.5, 0.1]) == "6"
     two = [("it is 5", 0.5), ("it is 6", 0.5)]
     assert LoverSelect(strategy="lover_max", extract="number").apply([[_result(two, [0.5, 0.5005])]], [{}]) == [["5"]]
+
+
+def _cut(text: str, margin: float) -> Branch:
+    """A branch the token budget stopped (finish_reason `length`)."""
+    return Branch(text, list(range(len(text))), [margin] * len(text), [(i, i + 1) for i in range(len(text))], "length")
+
+
+def test_a_cut_branch_states_no_fallback_answer_but_keeps_a_marked_one():
+    """Rule R (RESULTS run 19 A). Branches: "The answer is 5." (eos), "...daily for $2 per fresh duck" (cut, no
+    marker: its 2 is where the budget stopped it), "...for $2 per duck" (cut), "The answer is 7. Then 2" (cut after a
+    marked answer). Stated answers: 5, none, none, 7 -> majority ties 5 and 7 (one vote each) and the tie goes to the
+    lowest branch, 5; today's reading would have voted 2, 2 and won with 2. Greedy reads branch 0 as lm-eval does."""
+    from lover_lmeval.core.answers import get_extractor, stated_answer
+    from lover_lmeval.core.selection import select
+
+    extract = get_extractor("number")
+    branches = [_branch("The answer is 5.", 0.5), _cut("sells at the market daily for $2 per fresh duck", 0.5),
+                _cut("sells for $2 per duck", 0.5), _cut("The answer is 7. Then 2", 0.5)]
+    assert [a.value if (a := stated_answer(extract, b)) else None for b in branches] == ["5", None, None, "7"]
+    result = LoverResult(branches, np.zeros((4, 2, 3), np.float32), None)
+    assert select(result, "majority", extract) == "5"
+    cut_first = LoverResult(branches[1:], np.zeros((3, 2, 3), np.float32), None)
+    assert select(cut_first, "greedy", extract) == "2"  # greedy: branch 0's fallback answer, as lm-eval scores it
+    assert select(cut_first, "majority", extract) == "7"  # the only stated answer
+    assert stated_answer(extract, _branch("for $2 per duck", 0.5)).value == "2"  # finished: the fallback stands

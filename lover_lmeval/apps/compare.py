@@ -182,7 +182,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     from lm_eval import simple_evaluate
     from lm_eval.utils import simple_parse_args_string
 
-    from ..core.answers import get_extractor, n_answer_groups
+    from ..core.answers import get_extractor, n_answer_groups, stated_answer
     from ..core.checkpoints import gold_labels_used, label_tag, load_checkpoint
     from ..core.features import check_layer
     from ..core.files import write_text
@@ -248,8 +248,8 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
             rows[name] = {"acc": float(correct.mean()), "low": low, "high": high, "n": int(len(correct))}
         paired = {base: paired_bootstrap(table[lover_sum], table[base], n_boot, rng)
                   for base in ("majority", "cot_sum") if base in table and lover_sum in table}
-        distinct = float(np.mean([n_answer_groups([a.value if a else None for a in map(extract, r.texts)])
-                                  for r in results]))
+        distinct = float(np.mean([n_answer_groups([a.value if (a := stated_answer(extract, b)) else None
+                                                   for b in r.branches]) for r in results]))
         curves[task] = accuracy_vs_n(results, gold, extract, extract_name, pipeline.config.fit)
         unparsed, without = unparsed_counts(results, extract_name)
         report["tasks"][task] = {"extract": extract_name, "metric": metric, "rows": rows, "paired": paired,

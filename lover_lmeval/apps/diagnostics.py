@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..core.answers import answer_members, span_confidence
+from ..core.answers import answer_members, span_confidence, stated_answer
 from ..core.features import features_from_tokens
 from ..core.results import LoverResult
 from ..core.scoring import answer_ids, batch_results, fit_on_results, gold_labels, store_scores, top_pick
@@ -43,7 +43,7 @@ def answer_right(answer, gold: str) -> bool:
 
 def branch_correct(result, extract, gold: str) -> np.ndarray:
     """(N,) whether each branch's extracted answer equals the gold answer."""
-    return np.array([answer_right(extract(text), gold) for text in result.texts])
+    return np.array([answer_right(stated_answer(extract, b), gold) for b in result.branches])
 
 
 def branch_records(task: str, doc_ids: list[int], results: list, gold: list[str], extract,
@@ -54,7 +54,7 @@ def branch_records(task: str, doc_ids: list[int], results: list, gold: list[str]
     for q, (doc_id, result, target) in enumerate(zip(doc_ids, results, gold)):
         scores = {name: rows[q].scores(name) for name, rows in scored.items()}
         for k, branch in enumerate(result.branches):
-            answer = extract(branch.text)  # once per branch: it gives both the answer and whether it is right
+            answer = stated_answer(extract, branch)  # once per branch: both the answer and whether it is right
             records.append({"task": task, "doc_id": doc_id, "branch": k,
                             "answer": None if answer is None else answer.value,
                             "right": answer_right(answer, target),
@@ -70,7 +70,8 @@ def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -
     correct = [branch_correct(r, extract, g) for r, g in zip(results, gold)]
     pooled_s, pooled_c = np.concatenate(scores), np.concatenate(correct)
     per_question = [a for s, c in zip(scores, correct) if (a := auroc(s, c)) is not None]
-    groups = [answer_members([a.value if (a := extract(t)) is not None else None for t in r.texts]) for r in results]
+    groups = [answer_members([a.value if (a := stated_answer(extract, b)) is not None else None for b in r.branches])
+              for r in results]
     gold_in = [g in grp for g, grp in zip(gold, groups)]
     largest = [select(r, "majority", extract) == g for r, g in zip(results, gold)]
     top_scored = [select(r, "lover_max", extract, verifier=verifier) == g for r, g in zip(results, gold)]

@@ -15,7 +15,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from .answers import answer_groups, get_extractor, span_confidence
+from .answers import answer_groups, get_extractor, span_confidence, stated_answer
 from .fit_inputs import verifier_on
 from .losses import score
 from .selection import select
@@ -45,7 +45,7 @@ def batch_results(results, extract: str):
         n = len(result.branches)
         features[q, :n] = result.stored_features
         mask[q, :n] = True
-        values = [a.value if (a := extractor(b.text)) is not None else None for b in result.branches]
+        values = [a.value if (a := stated_answer(extractor, b)) is not None else None for b in result.branches]
         groups[q, :n] = torch.tensor(answer_groups(values))
         answers.append(values)
     return features, mask, groups, answers
@@ -86,7 +86,7 @@ def branch_confidences(results, extract: str, width: int) -> torch.Tensor:
     """(Q, N) CoT-decoding's confidence in each branch's answer (mean top1-top2 margin over the answer span; 0 without
     an answer and on padding)."""
     extractor = get_extractor(extract)
-    return torch.tensor([[span_confidence(b.margins, b.offsets, extractor(b.text)) for b in r.branches]
+    return torch.tensor([[span_confidence(b.margins, b.offsets, stated_answer(extractor, b)) for b in r.branches]
                          + [0.0] * (width - len(r.branches)) for r in results])
 
 
@@ -174,9 +174,9 @@ def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
 
 
 def unparsed_counts(results, extract: str) -> tuple[int, int]:
-    """(branches whose text the extractor cannot parse, questions with no parsable branch at all)."""
+    """(branches that state no answer, questions with no branch that states one): `stated_answer`'s view."""
     extract_answer = get_extractor(extract)
-    parsed = [[extract_answer(text) is not None for text in r.texts] for r in results]
+    parsed = [[stated_answer(extract_answer, b) is not None for b in r.branches] for r in results]
     return sum(row.count(False) for row in parsed), sum(not any(row) for row in parsed)
 
 

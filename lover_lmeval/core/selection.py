@@ -4,7 +4,10 @@ Each branch's final answer (and its character span) comes from an extractor (ans
 equal answers form a group (`answers.answer_groups`); each candidate group gets a score and the best group's
 answer is returned. Strategies (score of a branch -> score of a group):
 
-- greedy: branch 0's answer (CoT-decoding's branch 0 is the plain greedy decode).
+- greedy: branch 0's answer (CoT-decoding's branch 0 is the plain greedy decode), read as lm-eval's greedy is.
+
+Every other strategy reads each branch's *stated* answer (`answers.stated_answer`): a branch cut at the token budget
+whose answer is only the extractor's fallback (no "The answer is ...") has none.
 - majority: number of branches in the group.
 - cot_max / cot_sum: CoT-decoding confidence, Delta = mean over the answer-span tokens of
   p(top1) - p(top2); a branch without an answer has Delta = 0. Group = max / sum of its branches.
@@ -28,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .answers import Answer, answer_members, get_extractor, span_confidence
+from .answers import Answer, answer_members, get_extractor, span_confidence, stated_answer
 
 
 @dataclass
@@ -74,6 +77,9 @@ class Question:
     """Whose scores the lover_* strategies read (`LoverResult.verifier_probs` key)."""
     gold: str | None
     """The gold answer: given to oracle strategies only."""
+    first: Answer | None = None
+    """Branch 0's answer as the extractor reads it, fallback included even when the branch was cut (what lm-eval's own
+    greedy run scores); None: `answers[0]`."""
 
     @property
     def members(self) -> dict[str, list[int]]:
@@ -126,7 +132,7 @@ def pick_group(members: dict[str, list[int]], branch_scores: np.ndarray, reduce:
 
 @register_strategy("greedy")
 def greedy(question: Question) -> str:
-    first = question.answers[0]
+    first = question.first or question.answers[0]
     return first.value if first is not None else ""
 
 
@@ -178,5 +184,8 @@ def select(result, strategy: str, extract: Callable, gold: str | None = None, ve
     """Apply one strategy to one lover_hf result (or a plain string, treated as a single branch)."""
     check_strategy(strategy)
     branches = getattr(result, "branches", None)
-    texts = [b.text for b in branches] if branches else [str.__str__(result)]
-    return STRATEGIES[strategy](Question(result, [extract(t) for t in texts], verifier, gold))
+    if not branches:
+        answers = [extract(str.__str__(result))]
+        return STRATEGIES[strategy](Question(result, answers, verifier, gold))
+    answers = [stated_answer(extract, b) for b in branches]
+    return STRATEGIES[strategy](Question(result, answers, verifier, gold, first=extract(branches[0].text)))
