@@ -4,7 +4,8 @@ With `LOVER_DATA_DIR` set, files are read from that folder in the layout of `../
 README); without it, from the public hub datasets. Every loader returns a `datasets.DatasetDict` whose
 docs carry a normalised `target` (what `exact_match` compares against) next to the original fields.
 Splits follow the LoVer paper (appendix B). One loader per dataset family; the YAMLs pick a member
-through `dataset_kwargs` (lm-eval calls `custom_dataset(**metadata, **dataset_kwargs)`).
+through `dataset_kwargs` (lm-eval calls `custom_dataset(**metadata, **dataset_kwargs)`). Every loader also
+returns a `fewshot` split: the `--num_fewshot` exemplars, worked solutions in a `solution` field (fewshot.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import datasets
 
 from ..core.answers import get_extractor, normalise_number
+from . import fewshot
 from .igsm import IGSMConfig, generate
 
 DATA_ENV = "LOVER_DATA_DIR"
@@ -93,15 +95,22 @@ def _gsm8k_doc(row: dict) -> dict:
     return {"question": row["question"], "answer": row["answer"], "target": normalise_number(gold) or gold}
 
 
+def _exemplar(question: str, solution: str, target: str, **extra) -> dict:
+    return {"question": question, **extra, "target": target, "solution": solution}
+
+
 def load_gsm8k(**_):
-    """train 7000 / validation 473 (a fixed shuffle of the 7473 train questions) / test 1319."""
+    """train 7000 / validation 473 (a fixed shuffle of the 7473 train questions) / test 1319; fewshot = the
+    first fewshot.FEWSHOT_POOL train questions with their reference solutions."""
     train = _rows("gsm8k/train.jsonl", "openai/gsm8k", "main", split="train")
     test = _rows("gsm8k/test.jsonl", "openai/gsm8k", "main", split="test")
     order = list(range(len(train)))
     random.Random(SPLIT_SEED).shuffle(order)
     train_docs = [_gsm8k_doc(train[i]) for i in order]
+    shots = [_exemplar(d["question"], fewshot.gsm8k_solution(d["answer"], d["target"]), d["target"])
+             for d in train_docs[:fewshot.FEWSHOT_POOL]]
     return _dataset_dict({"train": train_docs[:7000], "validation": train_docs[7000:],
-                          "test": [_gsm8k_doc(r) for r in test]})
+                          "test": [_gsm8k_doc(r) for r in test], "fewshot": shots})
 
 
 @functools.lru_cache(maxsize=8)
@@ -115,9 +124,13 @@ def load_igsm(max_op: int, **_):
     (seed 42), train = 1500 problems at max_op 8 (seed 43); all with max_edge 12, perm_level 5,
     detail_level 0. Train deliberately uses another seed than test: problem i depends only on
     (seed, max_op, i), so with seed 42 the max_op=8 test set would be the first 100 training problems.
-    Docs are the generator's records (question, solution, answer, n_op, ...) plus `target`."""
-    return _dataset_dict({"train": _igsm_docs(IGSM_TRAIN_MAX_OP, IGSM_TRAIN_SEED, IGSM_TRAIN_SIZE),
-                          "test": _igsm_docs(int(max_op), IGSM_TEST_SEED, IGSM_TEST_SIZE)})
+    Docs are the generator's records (question, solution, answer, n_op, ...) plus `target`; fewshot = the first
+    fewshot.FEWSHOT_POOL training problems with the generator's solutions."""
+    train = _igsm_docs(IGSM_TRAIN_MAX_OP, IGSM_TRAIN_SEED, IGSM_TRAIN_SIZE)
+    shots = [_exemplar(d["question"], fewshot.igsm_solution(d["solution"], d["target"]), d["target"])
+             for d in train[:fewshot.FEWSHOT_POOL]]
+    return _dataset_dict({"train": train, "test": _igsm_docs(int(max_op), IGSM_TEST_SEED, IGSM_TEST_SIZE),
+                          "fewshot": shots})
 
 
 def load_hotpotqa_yesno(**_):
@@ -128,6 +141,7 @@ def load_hotpotqa_yesno(**_):
     not available offline. Locally train is the 535 yes/no-like test-split questions of
     hotpotqa/unlabeled_yesno_like.jsonl; from the hub, 3000 yes/no questions of the train split (fixed
     shuffle) with their labels dropped, so that both sources train the same, unsupervised way.
+    fewshot: fewshot.HOTPOTQA_EXEMPLARS (no labelled question outside the test split is available offline).
     """
     if data_dir() is None:
         hub = datasets.load_dataset("hotpotqa/hotpot_qa", "distractor")
@@ -142,12 +156,16 @@ def load_hotpotqa_yesno(**_):
         "train": [{"question": r["question"], "target": ""} for r in train],
         "test": [{"question": r["question"], "answer": r["answer"], "type": r["type"],
                   "target": normalise_target(r["answer"], "yes_no")} for r in test],
+        "fewshot": [_exemplar(e["question"], e["solution"], normalise_target(e["answer"], "yes_no"))
+                    for e in fewshot.HOTPOTQA_EXEMPLARS],
     })
 
 
 def load_mmlu_pro(category: str, **_):
     """MMLU-Pro, paper split: test = the rows of `category` (one of MMLU_PRO_TEST_CATEGORIES), train = the
-    rows of the ten other categories (the same 9225 rows for every test category). `target` = the letter."""
+    rows of the ten other categories (the same 9225 rows for every test category). `target` = the letter.
+    fewshot: the validation rows of `category` with their `cot_content` where the data has them (the hub, or
+    $LOVER_DATA_DIR/mmlu_pro/validation.jsonl), else fewshot.MMLU_PRO_EXEMPLARS."""
     if category not in MMLU_PRO_TEST_CATEGORIES:
         raise ValueError(f"MMLU-Pro category {category!r} is not a test category; use one of "
                          f"{MMLU_PRO_TEST_CATEGORIES} (the other categories form the training set)")
@@ -155,15 +173,34 @@ def load_mmlu_pro(category: str, **_):
     docs = [{**{k: r[k] for k in fields}, "target": normalise_target(r["answer"], "choice")}
             for r in _rows("mmlu_pro/test.jsonl", "TIGER-Lab/MMLU-Pro")]
     return _dataset_dict({"train": [d for d in docs if d["category"] not in MMLU_PRO_TEST_CATEGORIES],
-                          "test": [d for d in docs if d["category"] == category]})
+                          "test": [d for d in docs if d["category"] == category],
+                          "fewshot": _mmlu_pro_exemplars(category)})
+
+
+def _mmlu_pro_exemplars(category: str) -> list[dict]:
+    root = data_dir()
+    if root is not None and not (root / "mmlu_pro/validation.jsonl").is_file():  # the offline test file has no CoT
+        shots = [(e["question"], e["options"], e["solution"], e["answer"]) for e in fewshot.MMLU_PRO_EXEMPLARS]
+    else:
+        shots = [(r["question"], r["options"], fewshot.mmlu_pro_solution(r["cot_content"], r["answer"]), r["answer"])
+                 for r in _rows("mmlu_pro/validation.jsonl", "TIGER-Lab/MMLU-Pro", split="validation")
+                 if r["category"] == category]
+    return [_exemplar(question, solution, normalise_target(letter, "choice"), options=list(options))
+            for question, options, solution, letter in shots]
 
 
 def load_bbh(name: str, **_):
     """A BIG-Bench Hard task (one of BBH_TASKS), test split only: BBH is out-of-distribution evaluation
-    for a verifier trained on another task. `question` is the input without a leading "Question: "."""
+    for a verifier trained on another task. `question` is the input without a leading "Question: ".
+    fewshot: the paper's 3 chain-of-thought exemplars ($LOVER_DATA_DIR/bbh/cot-prompts/<name>.txt); empty
+    without that file (from the hub, or an older data folder), which only few-shot runs need."""
     if name not in BBH_TASKS:
         raise ValueError(f"unknown BBH task {name!r}; use one of {sorted(BBH_TASKS)}")
     rows = _rows(f"bbh/{name}.jsonl", "lukaemon/bbh", name)
+    prompts = data_dir() / fewshot.BBH_COT_DIR / f"{name}.txt" if data_dir() is not None else None
+    shots = fewshot.bbh_exemplars(prompts.read_text(encoding="utf-8")) if prompts and prompts.is_file() else []
     return _dataset_dict({"test": [
         {"question": r["input"].removeprefix("Question: "), "input": r["input"], "answer": r["target"],
-         "target": normalise_target(r["target"], BBH_TASKS[name])} for r in rows]})
+         "target": normalise_target(r["target"], BBH_TASKS[name])} for r in rows],
+        "fewshot": [_exemplar(e["question"], e["solution"], normalise_target(e["answer"], BBH_TASKS[name]))
+                    for e in shots]})
