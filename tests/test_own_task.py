@@ -1,5 +1,6 @@
-"""The README's "Bring your own task" YAML, as written, on a small local JSON-lines file of numeric answers given in
-forms exact_match would miss ("51.0", "$1,200"): lm_eval runs it and every row is scored by `lover_match`."""
+"""The "Bring your own task" YAML of docs/usage.md (the README links it), as written, on a small local JSON-lines file
+of numeric answers given in forms exact_match would miss ("51.0", "$1,200"): lm_eval runs it and every row is scored
+by `lover_match`."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ QUESTIONS = [{"question": "Tom has 50 apples and finds 1 more. How many apples?"
 
 
 def readme_yaml() -> str:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("### Bring your own task"):]
+    """The YAML block of docs/usage.md's "Bring your own task" section, as a user copies it."""
+    text = (REPO / "docs" / "usage.md").read_text()
+    section = text[text.index("## Bring your own task"):]
     return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
 
 
@@ -53,7 +55,7 @@ def test_lover_match_compares_in_the_extractors_normal_form():
 
 
 def _own_task(tmp_path, monkeypatch, metric: str = "lover_match"):
-    """The README's YAML (its metric swapped for `metric`) and its questions in tmp_path, the working directory."""
+    """The documented YAML (its metric swapped for `metric`) and its questions in tmp_path, the working directory."""
     folder = tmp_path / "tasks"
     folder.mkdir()
     (folder / "my_arith.yaml").write_text(readme_yaml().replace("metric: lover_match", f"metric: {metric}"))
@@ -63,7 +65,7 @@ def _own_task(tmp_path, monkeypatch, metric: str = "lover_match"):
 
 
 def test_lover_compare_reads_the_own_tasks_lover_match(tmp_path, monkeypatch, tiny_model_dir):
-    """The README's task is scored by lover_match: `lover compare` used to end, after the whole run, with
+    """The documented task is scored by lover_match: `lover compare` used to end, after the whole run, with
     KeyError: 'exact_match'. Now each of the 5 filters is a row over the 2 questions, read from lover_match."""
     from lover_lmeval.apps.cli import main
 
