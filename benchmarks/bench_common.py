@@ -53,3 +53,19 @@ def task_docs(task, split: str, span: str, option: str = "--docs") -> list[dict]
 def task_contexts(task, lm, docs: list[dict]) -> list[str]:
     """Zero-shot, chat-templated contexts of `docs`: the strings lm-eval would hand `lm` for them."""
     return [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template) for d in docs]
+
+
+def load_model(name: str, dtype: str = "float32", gguf: str | None = None):
+    """(model, tokenizer, gguf path) of get-model's `name` (or the GGUF file `gguf`): converted once to a plain HF
+    folder (loading.convert_gguf; later loads take seconds), weights in `dtype`, eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lover_lmeval.core.loading import convert_gguf
+
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise SystemExit(f"--dtype {dtype!r}: pass float32, bfloat16 or float16")
+    path = Path(gguf or model_file(name))
+    folder = convert_gguf(path)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
+    return model, AutoTokenizer.from_pretrained(folder), path

@@ -167,3 +167,43 @@ def test_a_gzip_data_file_is_not_taken_for_a_bank(tmp_path):
     data.write_bytes(gzip.compress(b'{"question": "1+1?", "answer": "2"}\n'))
     with pytest.raises(ValueError, match="gzip file but not a lover-lmeval bank"):
         BankConfig(path=str(data))
+
+
+@pytest.mark.parametrize("name", ["bank.sqlite", "bank.jsonl.gz"])
+def test_token_stats_survive_the_bank_within_float16_precision(tmp_path, name):
+    """A branch with stats is stored with them, as float16 base64 per statistic, and reads back within float16's
+    rounding (relative 2^-11); a branch without them (an older record) is stored without the field and reads back
+    with stats=None; a committed record (no stats) reads as before. The bank already open gives the float16 values
+    too, as a reopened one does."""
+    import base64
+    import gzip
+    import json
+    from pathlib import Path
+
+    from lover_lmeval.core.token_stats import STAT_NAMES
+
+    stats = {"logprob": [-0.0123456, -3.25], "topk_logprob": [-1.5, -2.75], "entropy": [0.4321, 9.87654],
+             "kl_uniform": [12.3456, 0.001]}
+    with_stats = Branch("answer 7", [7, 8], [0.5, 0.25], [(0, 6), (6, 8)], "eos", stats)
+    path = tmp_path / name
+    bank = BranchBank(path)
+    bank.add("new", [with_stats], prompt_ids=[1])
+    bank.add("old", _branches(1), prompt_ids=[1])
+    for reader in (BranchBank(path), bank):
+        (back,) = reader.get("new")
+        assert (back.text, back.token_ids, back.margins, back.offsets) == ("answer 7", [7, 8], [0.5, 0.25],
+                                                                          [(0, 6), (6, 8)])
+        assert list(back.stats) == list(STAT_NAMES)
+        for stat in STAT_NAMES:
+            assert back.stats[stat] == pytest.approx(stats[stat], rel=2 ** -11)
+        assert back.stats["logprob"][0] != stats["logprob"][0]  # -0.0123456 is not a float16: it was rounded
+        assert reader.get("old") == _branches(1) and reader.get("old")[0].stats is None
+    stored = {r["key"]: r for r in BranchBank(path).store.records()}
+    assert "stats" not in stored["old"]["branches"][0]
+    encoded = stored["new"]["branches"][0]["stats"]
+    assert set(encoded) == set(STAT_NAMES) and all(len(base64.b64decode(text)) == 4 for text in encoded.values())
+    committed = Path(__file__).resolve().parents[1] / "benchmarks/banks/smollm2-135m-instruct/lover_gsm8k-test.jsonl.gz"
+    with gzip.open(committed, "rt") as handle:
+        first = json.loads(handle.readline())
+    assert "stats" not in first["branches"][0]
+    assert BranchBank(committed).get(first["key"])[0].stats is None

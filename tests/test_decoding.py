@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from lover_lmeval.core.decoding import DecodingConfig, decode_branches, iter_branches
+from lover_lmeval.core.token_stats import STAT_NAMES
 
 PROMPTS = ["Question: Tom has 3 apples and buys 4 more. How many apples?\nAnswer:", "Hi"]
 
@@ -63,12 +65,22 @@ def test_eos_ends_a_branch_and_is_not_kept(tiny_model, tokenizer):
     assert ended[0][0].token_ids == free[0][0].token_ids[:3]
 
 
-def test_offsets_tile_the_text_and_margins_are_probability_gaps(tiny_model, tokenizer):
-    branches, _ = _decode(tiny_model, tokenizer, n=3, max_new=10)
+@pytest.mark.parametrize("mode", ["cot", "sample", "beam"])
+def test_offsets_tile_the_text_and_margins_are_probability_gaps(tiny_model, tokenizer, mode):
+    """Every kept token (a stop string cuts some branches) has an offset, a margin in [0, 1] and its 4 token_stats:
+    log-probs <= 0, an entropy in [0, ln V], KL(U || p) >= 0 (their values against the model: test_features.py)."""
+    branches, _ = _decode(tiny_model, tokenizer, mode, n=3, max_new=10, stop=["e"])
+    assert "stop" in {b.finish_reason for q in branches for b in q}
+    ln_v = math.log(len(tokenizer))
     for branch in (b for q in branches for b in q):
         assert len(branch.offsets) == len(branch.token_ids) == len(branch.margins)
         assert "".join(branch.text[s:e] for s, e in branch.offsets) == branch.text
         assert all(0.0 <= m <= 1.0 for m in branch.margins)
+        assert list(branch.stats) == list(STAT_NAMES)
+        assert all(len(values) == len(branch.token_ids) for values in branch.stats.values())
+        assert all(lp <= 0 and tk <= 0 for lp, tk in zip(branch.stats["logprob"], branch.stats["topk_logprob"]))
+        assert all(-1e-5 <= h <= ln_v + 1e-4 for h in branch.stats["entropy"])
+        assert all(kl >= -1e-5 for kl in branch.stats["kl_uniform"])
 
 
 def test_sampling_is_seeded(tiny_model, tokenizer):
@@ -165,6 +177,8 @@ def test_continuous_batching_gives_the_branches_of_each_question_decoded_alone(r
             assert [b.finish_reason for b in q_batched] == [b.finish_reason for b in q_alone]
             for one, other in zip(q_alone, q_batched):  # the real model's larger logits round coarser
                 assert one.margins == pytest.approx(other.margins, abs=1e-5 if mode == "cot" else 1e-4)
+                for name in STAT_NAMES:  # ln-scale values up to ~20: rounding of the logits, ~1e-6 relative
+                    assert one.stats[name] == pytest.approx(other.stats[name], abs=1e-4 if mode == "cot" else 5e-4)
 
 
 def test_finished_rows_are_refilled_and_the_row_budget_holds(tiny_model, tokenizer):

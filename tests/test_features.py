@@ -9,7 +9,8 @@ import torch
 
 from lover_lmeval.core.decoding import DecodingConfig, decode_branches
 from lover_lmeval.core.features import (FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer,
-                                        features_from_tokens, length_buckets)
+                                        features_from_tokens, length_buckets, stats_from_tokens)
+from lover_lmeval.core.token_stats import STAT_NAMES
 
 
 def _reencode(model, ids: list[int], layer: int) -> torch.Tensor:
@@ -121,3 +122,120 @@ def test_banked_branches_of_very_different_lengths_equal_a_full_reencode(tiny_mo
             for j, layer in enumerate((2, last)):
                 expected = _reencode(tiny_model, prompt + branch.token_ids + template, layer)
                 torch.testing.assert_close(features[k, t, j], expected, atol=1e-4, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def peaked_model(tokenizer):
+    """conftest's tiny llama with weights 25x larger (initializer_range 0.5): its next-token distributions are peaked
+    like a trained model's (entropy 0.2-5.8 nats), where the default tiny model's are nearly uniform (entropy 10.79
+    at every position), which would hide a statistic read from the wrong position."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, initializer_range=0.5)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("mode", ["cot", "sample", "beam"])
+def test_rescored_statistics_equal_the_ones_decoding_computed(peaked_model, tokenizer, mode, one_thread):
+    """fp32: two prompts of different lengths (left padding), 3 branches each, up to 12 tokens, two tokens taken as
+    EOS (so some branches end early and their kept tokens are fewer than the decoded ones). `stats_from_tokens`
+    rebuilds every kept token's 4 statistics from the tokens alone (prefill + one padded pass) and matches decoding's
+    (cache + one token a step) within 2e-4: the two orders of summation move float32 logits of magnitude ~20 by
+    ~1e-6 relative, and each statistic moves by at most ~2x the largest logit change (seen: <= 4e-5). Reading a
+    neighbouring position instead moves them by >= 0.2 (asserted below, so the tolerance could not hide it).
+    `features_from_tokens(stats=True)` gives the same statistics and the same features as without them."""
+    prompts = [tokenizer.encode("Question: what is two plus five?\nAnswer:"), tokenizer.encode("Hello")]
+    free, _ = decode_branches(peaked_model, tokenizer, prompts, DecodingConfig(3, mode), 12, [], {-1},
+                              tokenizer.pad_token_id)
+    eos = {free[0][1].token_ids[5], free[1][0].token_ids[3]}
+    branches, _ = decode_branches(peaked_model, tokenizer, prompts, DecodingConfig(3, mode), 12, [], eos,
+                                  tokenizer.pad_token_id)
+    assert "eos" in {b.finish_reason for q in branches for b in q}
+    templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
+    shifts = {name: 0.0 for name in STAT_NAMES}
+    for prompt, q_branches in zip(prompts, branches):
+        rescored = stats_from_tokens(peaked_model, prompt, q_branches)
+        for branch, again in zip(q_branches, rescored):
+            for name in STAT_NAMES:
+                assert len(branch.stats[name]) == len(branch.token_ids) == len(again[name])
+                assert again[name] == pytest.approx(branch.stats[name], abs=2e-4, rel=0), (mode, name)
+                shifts[name] = max([shifts[name]] + [abs(a - b) for a, b in zip(again[name], again[name][1:])])
+        features, with_features = features_from_tokens(peaked_model, prompt, q_branches, templates, 2, stats=True)
+        assert with_features == rescored
+        torch.testing.assert_close(features, features_from_tokens(peaked_model, prompt, q_branches, templates, 2),
+                                   atol=1e-5, rtol=0)
+    assert min(shifts.values()) > 0.2, shifts
+
+
+def test_statistics_of_branches_with_no_token_or_one(peaked_model, tokenizer, one_thread):
+    """A branch cut to no tokens (EOS first) has empty statistics; one cut to its first token has the prefill's."""
+    prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
+    (branches,), _ = decode_branches(peaked_model, tokenizer, [prompt], DecodingConfig(2), 6, [], {-1},
+                                     tokenizer.pad_token_id)
+    cut = [dataclasses.replace(branches[0], token_ids=[]),
+           dataclasses.replace(branches[1], token_ids=branches[1].token_ids[:1])]
+    empty, first = stats_from_tokens(peaked_model, prompt, cut)
+    assert empty == {name: [] for name in STAT_NAMES}
+    for name in STAT_NAMES:
+        assert first[name] == pytest.approx(branches[1].stats[name][:1], abs=2e-4)
+
+
+def test_a_model_whose_logits_are_not_its_head_of_the_last_state_is_refused(peaked_model, tokenizer, one_thread):
+    """Statistics of banked branches apply the output embeddings to the decoder's final states (features._head); a
+    model that does more after the decoder must be refused, not scored wrong. A soft cap of 3 in the config is one
+    the llama forward ignores while _head applies it: every pass checks its last column against the model's own
+    logits and raises, naming the fix."""
+    prompt = tokenizer.encode("Hello")
+    (branches,), _ = decode_branches(peaked_model, tokenizer, [prompt], DecodingConfig(2), 4, [], {-1},
+                                     tokenizer.pad_token_id)
+    peaked_model.config.final_logit_softcapping = 3.0
+    try:
+        with pytest.raises(ValueError, match="LlamaForCausalLM's logits are not its output embeddings.*features._head"):
+            stats_from_tokens(peaked_model, prompt, branches)
+    finally:
+        del peaked_model.config.final_logit_softcapping
+
+
+def test_banked_branches_without_stats_get_them_once(peaked_model, tokenizer, tmp_path, one_thread):
+    """Pipeline.featurise: a question decoded now carries its statistics, rounded to float16 as its bank record keeps
+    them. The same record without them (as decoded before they existed) in another bank: featurise computes them
+    with the features (one pass through every block), equal to the decoded ones within 2e-4 plus one float16 step
+    (values ~1e-5 apart can round to neighbouring float16s: relative 2^-10), and keeps them in the feature cache, so
+    the next featurise of that record runs no forward pass at all and gives the same values. stats=False leaves a
+    banked branch's statistics None."""
+    from lover_lmeval.core.bank import BankConfig, BranchBank
+    from lover_lmeval.core.config import LoverConfig
+    from lover_lmeval.core.pipeline import Pipeline
+    from lover_lmeval.core.token_stats import decode_stats, encode_stats
+
+    def pipeline(bank: str, cache: str) -> Pipeline:
+        config = LoverConfig(decoding=DecodingConfig(n_branches=3),
+                             bank=BankConfig(path=str(tmp_path / bank), feature_cache=str(tmp_path / cache)))
+        return Pipeline(peaked_model, tokenizer, config, model_name="peaked")
+
+    prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
+    decoder = pipeline("new.jsonl.gz", "cache-new")
+    key = decoder.record_keys([prompt], [], 8)[0]
+    (decoded,) = decoder.featurise([prompt], [key], [], 8)
+    for branch in decoded.branches:
+        assert decode_stats(encode_stats(branch.stats)) == branch.stats  # float16 values, as banked
+    BranchBank(tmp_path / "old.jsonl.gz").add(key, [dataclasses.replace(b, stats=None) for b in decoded.branches],
+                                              prompt_ids=prompt)
+    reader = pipeline("old.jsonl.gz", "cache-old")
+    (first,) = reader.featurise([prompt], [key], [], 8)
+    for branch, fresh in zip(first.branches, decoded.branches):
+        for name in STAT_NAMES:
+            assert branch.stats[name] == pytest.approx(fresh.stats[name], rel=2 ** -10, abs=2e-4), name
+    forwards = []
+    hook = peaked_model.register_forward_hook(lambda *args: forwards.append(1))
+    try:
+        (again,) = reader.featurise([prompt], [key], [], 8)
+    finally:
+        hook.remove()
+    assert forwards == [] and [b.stats for b in again.branches] == [b.stats for b in first.branches]
+    (bare,) = pipeline("old.jsonl.gz", "cache-bare").featurise([prompt], [key], [], 8, stats=False)
+    assert all(b.stats is None for b in bare.branches)

@@ -25,6 +25,10 @@ class Branch:
     """Character span [start, end) of each kept token in `text` (clipped to the text)."""
     finish_reason: str
     """`stop` (a stop string), `eos`, or `length` (token budget spent)."""
+    stats: dict[str, list[float]] | None = None
+    """Per kept token (aligned with `token_ids` and `margins`: entry j is from the distribution that produced token
+    j), one list per name in token_stats.STAT_NAMES. None for branches decoded before the statistics existed and not
+    rescored (features.stats_from_tokens rebuilds them from the tokens)."""
 
 
 def top1_top2_margin(probs: torch.Tensor) -> torch.Tensor:
@@ -45,8 +49,10 @@ def finish_reason_of(tokenizer, ids: list[int], stop: list[str], eos_ids: set[in
     return "length" if len(ids) >= budget else None
 
 
-def make_branch(tokenizer, ids: list[int], margins: list[float], stop: list[str], reason: str) -> Branch:
-    """Cut the text at the first stop string and keep the tokens (with offsets) that lie in it."""
+def make_branch(tokenizer, ids: list[int], margins: list[float], stop: list[str], reason: str,
+                stats: dict[str, list[float]] | None = None) -> Branch:
+    """Cut the text at the first stop string and keep the tokens (with offsets, margins and `stats`, one entry a
+    generated token like `margins`) that lie in it."""
     body = ids[:-1] if reason == "eos" else ids
     text = tokenizer.decode(body, skip_special_tokens=True)
     cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=len(text))
@@ -56,4 +62,5 @@ def make_branch(tokenizer, ids: list[int], margins: list[float], stop: list[str]
     starts = [0] + ends[:-1]
     kept = sum(1 for s in starts if s < len(text))
     offsets = [(min(s, len(text)), min(e, len(text))) for s, e in zip(starts[:kept], ends[:kept])]
-    return Branch(text, body[:kept], margins[:kept], offsets, reason)
+    kept_stats = None if stats is None else {name: values[:kept] for name, values in stats.items()}
+    return Branch(text, body[:kept], margins[:kept], offsets, reason, kept_stats)

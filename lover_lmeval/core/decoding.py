@@ -5,6 +5,8 @@ continue in one batch. A branch stops on its own (stop string, EOS or the token 
 batch at once; its slice of the KV cache is kept so that the assertion features (features.py) can be
 computed on top of it without re-encoding question and solution. With a row budget (`max_rows`), the
 next questions join the running batch as soon as their N rows are free (continuous batching, kv.RowBatch).
+Each token comes with its margin and its token_stats (computed on the device from the step's logits, brought to the
+host with the token in one transfer).
 
 Dimensions: Q questions, N branches per question, A rows decoding, P padded prompt length, V vocabulary.
 """
@@ -22,6 +24,7 @@ import torch
 from .beam import iter_beam
 from .branch import Branch, finish_reason_of, make_branch, top1_top2_margin
 from .kv import BranchCache, RowBatch, cache_of, input_device, with_cache
+from .token_stats import stats_dict, step_stats
 
 MODES = ("cot", "sample", "beam")
 
@@ -118,12 +121,27 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
 
 @dataclass
 class _Row:
-    """A branch being decoded: branch k of question q, its tokens so far and their margins."""
+    """A branch being decoded: branch k of question q, its tokens so far, their margins and token_stats."""
 
     q: int
     k: int
     ids: list[int]
     margins: list[float]
+    stats: list[list[float]]
+    """Per token, the 4 values of token_stats.step_stats (STAT_NAMES order)."""
+
+
+def _to_host(tokens: torch.Tensor, probs: torch.Tensor, logits: torch.Tensor) -> list[tuple[int, float, list[float]]]:
+    """(...) chosen tokens and their (..., V) distributions -> per token, in row-major order, (token, margin, the 4
+    token_stats), in ONE device-to-host transfer: every `.tolist()` waits for the device, and a step already waited
+    once for its tokens before the statistics existed. The ids travel as float32 beside the floats: exact below 2^24
+    (vocabularies are ~10^5)."""
+    if logits.shape[-1] > 1 << 24:
+        raise ValueError(f"a vocabulary of {logits.shape[-1]} tokens is too large for decoding.py's packed transfer "
+                         "(token ids as float32 are exact only below 2^24); split the transfer in _to_host.")
+    packed = torch.cat([tokens[..., None].float(), top1_top2_margin(probs)[..., None],
+                        step_stats(logits, tokens, probs=probs)], dim=-1).reshape(-1, 6)  # (A, 6)
+    return [(int(row[0]), row[1], row[2:]) for row in packed.tolist()]
 
 
 def _prefill(model, prompts: list[list[int]], admitted: list[int], config: DecodingConfig, pad_id: int,
@@ -139,7 +157,8 @@ def _prefill(model, prompts: list[list[int]], admitted: list[int], config: Decod
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     # Only the last position's logits are needed: the LM head over every prompt token would cost P times more.
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    probs = out.logits[:, -1].float().softmax(-1)  # (Q, V)
+    logits = out.logits[:, -1].float()  # (Q, V)
+    probs = logits.softmax(-1)
     if config.mode == "cot":
         if n > probs.shape[-1]:
             raise ValueError(f"n_branches={n} exceeds the vocabulary size {probs.shape[-1]}.")
@@ -151,18 +170,20 @@ def _prefill(model, prompts: list[list[int]], admitted: list[int], config: Decod
             generators[q] = torch.Generator(device=device).manual_seed(question_seed(config.seed, prompts[q]))
         first = torch.cat([_nucleus_sample(tempered[i: i + 1], config.top_p, n, generators[q])
                            for i, q in enumerate(admitted)])  # (Q, N)
-    first_margin = top1_top2_margin(probs).tolist()  # (Q,)
+    # Row q*N + k's first token came from question q's distribution: (Q, N, V) views of the (Q, V) ones.
+    firsts = _to_host(first, probs[:, None].expand(-1, n, -1), logits[:, None].expand(-1, n, -1))
     cache = cache_of(out)
     cache.batch_repeat_interleave(n)
-    rows = [_Row(q, k, [token], [first_margin[i]]) for i, q in enumerate(admitted)
-            for k, token in enumerate(first[i].tolist())]
+    rows = [_Row(q, k, [token], [margin], [stats])
+            for (token, margin, stats), (q, k) in zip(firsts, [(q, k) for q in admitted for k in range(n)])]
     return RowBatch(cache, mask.repeat_interleave(n, dim=0)), rows  # (Q*N, P)
 
 
-def _next_tokens(probs: torch.Tensor, rows: list[_Row], config: DecodingConfig, generators: dict) -> list[int]:
-    """(A, V) next-token probabilities -> the token each row continues with."""
+def _next_tokens(probs: torch.Tensor, rows: list[_Row], config: DecodingConfig, generators: dict) -> torch.Tensor:
+    """(A, V) next-token probabilities -> (A,) the token each row continues with, on the device (`_to_host` brings
+    it over with the step's margins and statistics)."""
     if config.mode == "cot":
-        return probs.argmax(-1).tolist()
+        return probs.argmax(-1)
     # One sort for every row; only the draws are per question, each from its own generator.
     weights, order = _nucleus((probs.log() / config.temperature).softmax(-1), config.top_p)
     tokens, start = [], 0
@@ -170,9 +191,9 @@ def _next_tokens(probs: torch.Tensor, rows: list[_Row], config: DecodingConfig, 
         end = next((i for i in range(start, len(rows)) if rows[i].q != rows[start].q), len(rows))
         picks = torch.multinomial(weights[start:end], 1, replacement=True,
                                   generator=generators[rows[start].q])  # (rows of q, 1)
-        tokens += order[start:end].gather(-1, picks)[:, 0].tolist()
+        tokens.append(order[start:end].gather(-1, picks)[:, 0])
         start = end
-    return tokens
+    return torch.cat(tokens)
 
 
 @torch.inference_mode()
@@ -218,7 +239,7 @@ def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingCo
             if reason is None:
                 keep.append(i)
                 continue
-            branch = make_branch(tokenizer, row.ids, row.margins, stop, reason)
+            branch = make_branch(tokenizer, row.ids, row.margins, stop, reason, stats_dict(row.stats))
             done[row.q][row.k] = branch, batch.snapshot(i, len(prompts[row.q]))
             if len(done[row.q]) == n:
                 finished = done.pop(row.q)
@@ -234,8 +255,10 @@ def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingCo
         positions = torch.tensor([[len(prompts[row.q]) + len(row.ids) - 1] for row in rows], device=device)
         out = model(input_ids=tokens, attention_mask=batch.grow(), position_ids=positions, use_cache=True,
                     **with_cache(model, batch.cache))
-        probs = out.logits[:, -1].float().softmax(-1)  # (A, V)
-        for row, token, margin in zip(rows, _next_tokens(probs, rows, config, generators),
-                                      top1_top2_margin(probs).tolist()):
+        logits = out.logits[:, -1].float()  # (A, V); a no-op for a float32 model
+        probs = logits.softmax(-1)
+        for row, (token, margin, stats) in zip(rows, _to_host(_next_tokens(probs, rows, config, generators), probs,
+                                                              logits)):
             row.ids.append(token)
             row.margins.append(margin)
+            row.stats.append(stats)

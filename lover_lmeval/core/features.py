@@ -5,7 +5,10 @@ question and solution are never encoded twice. The token sequence is prompt ids 
 + the template's ids (the template is tokenized on its own, without special tokens); a full forward pass
 over that same sequence gives the same hidden states (tested to 1e-4 in fp32).
 
-Dimensions: N branches, D hidden size, B rows of one forward pass.
+Banked branches have no KV cache: `features_from_tokens` runs their tokens once on top of the prompt's prefill, and
+can compute their per-token statistics (token_stats) in the same pass; `stats_from_tokens` computes those alone.
+
+Dimensions: N branches, D hidden size, B rows of one forward pass, U tokens of a row, V vocabulary.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .branch import Branch
+from .branch import Branch, top1_top2_margin
 from .kv import BranchCache, cache_of, extend_with_tokens, input_device, snapshot
+from .token_stats import stats_dict, step_stats
 
 TRUE_TEMPLATE = " This is a true answer."
 FALSE_TEMPLATE = " This is a false answer."
@@ -115,25 +119,109 @@ def length_buckets(lengths: list[int], slack: float = 1.25) -> list[list[int]]:
     return runs + [run] if run else runs
 
 
-@torch.inference_mode()
-def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], template_ids: list[list[int]],
-                         layer: int | list[int]) -> torch.Tensor:
-    """Features of banked branches (no KV cache at hand): one prefill of the prompt, passes over the branches'
-    tokens on top of it (branches of similar length share one, `length_buckets`), then the templates. Same
-    values as `assertion_features`."""
+def _head(model, hidden: torch.Tensor) -> torch.Tensor:
+    """(..., D) final hidden states -> (..., V) logits, as the model's own forward computes them from the decoder's
+    output: the output embeddings, then Gemma-2/3's soft cap. `_check_head` refuses a model that does more."""
+    logits = model.get_output_embeddings()(hidden)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
 
+
+def _check_head(model, out) -> None:
+    """The model's own logits of the pass's last column (`logits_to_keep=1`) against `_head` of the same states: a
+    model whose forward scales or caps its logits in a way `_head` does not know would otherwise get wrong
+    statistics silently. Costs one (B, V) product a pass."""
+    theirs = out.logits[:, -1].float()
+    mine = _head(model, out.final_hidden[:, -1]).float()
+    if not torch.allclose(mine, theirs, rtol=1e-3, atol=1e-3 * float(theirs.abs().max())):
+        raise ValueError(f"{type(model).__name__}'s logits are not its output embeddings applied to the decoder's "
+                         f"final hidden state (max |difference| {float((mine - theirs).abs().max()):.3g}), so token "
+                         "statistics cannot be computed from banked branches for it; extend features._head with what "
+                         "its forward does after the decoder, or decode the questions again (decoding computes them).")
+
+
+def _positions_per_chunk(vocab: int) -> int:
+    """Positions whose logits one chunk holds: ~2^24 floats (64 MB in float32, times a few temporaries)."""
+    return max(1, (1 << 24) // vocab)
+
+
+def _stats_of_row(model, final_hidden: torch.Tensor, ids: list[int], first_logits: torch.Tensor,
+                  margins: bool) -> dict:
+    """Token statistics of one branch: token 0 from the prompt's last logits, token j > 0 from row position j - 1
+    (the position fed token j - 1). `final_hidden`: (U, D), U >= len(ids) - 1. With `margins`, also "margin"."""
+
+    def columns(logits: torch.Tensor, chosen: list[int]) -> torch.Tensor:  # (T, V) -> (T, 4 or 5)
+        found = step_stats(logits, torch.tensor(chosen, device=logits.device))
+        if margins:
+            found = torch.cat([found, top1_top2_margin(logits.float().softmax(-1))[:, None]], dim=-1)
+        return found.to(first_logits.device)
+
+    parts = [columns(first_logits[None], ids[:1])]
+    chunk = _positions_per_chunk(first_logits.shape[-1])
+    for start in range(0, len(ids) - 1, chunk):
+        end = min(start + chunk, len(ids) - 1)
+        parts.append(columns(_head(model, final_hidden[start:end]), ids[start + 1: end + 1]))  # <= chunk x V
+    rows = torch.cat(parts).tolist()
+    found = stats_dict([row[:4] for row in rows])
+    return {**found, "margin": [row[4] for row in rows]} if margins else found
+
+
+@torch.inference_mode()
+def _branch_passes(model, prompt_ids: list[int], branches: list[Branch], upto: int | None, stats: bool,
+                   margins: bool = False) -> tuple[list[BranchCache | None], list[dict | None]]:
+    """One prefill of the prompt, then passes over the branches' tokens on top of it (branches of similar length
+    share one, `length_buckets`). Per branch: the KV cache of its first `upto` blocks (None without `upto`), and
+    with `stats` its token statistics (else None).
+
+    Features alone stop at the feature layer: no later block, no LM head (the cheap path). Statistics need the final
+    logits of every position, so then ONE pass runs every block, keeps the decoder's final hidden states, and the
+    feature caches are its first `upto` blocks; the LM head runs on those states chunk by chunk afterwards. Two
+    passes (to the feature layer, then a full one for the statistics) would run blocks 1..upto twice."""
     prefill = model(input_ids=torch.tensor([prompt_ids], device=input_device(model)), use_cache=True,
                     logits_to_keep=1)
     base = snapshot(cache_of(prefill), 0, len(prompt_ids))
-    upto = max([layer] if isinstance(layer, int) else layer)
-    # Blocks beyond the deepest feature layer are never run: their caches are not needed. A branch without tokens
-    # (EOS first) is the prompt alone: it needs no pass of its own.
-    caches = [BranchCache(base.prompt_length, base.keys[:upto], base.values[:upto])] * len(branches)
+    first_logits = prefill.logits[0, -1]  # (V,): the distribution of every branch's token 0
+    # A branch without tokens (EOS first) is the prompt alone: it needs no pass of its own, and has no statistics.
+    caches = [None if upto is None else BranchCache(base.prompt_length, base.keys[:upto], base.values[:upto])]
+    caches *= len(branches)
+    found = [None if not stats else {**stats_dict([]), "margin": []} if margins else stats_dict([]) for _ in branches]
     filled = [i for i, b in enumerate(branches) if b.token_ids]
     for bucket in length_buckets([len(branches[i].token_ids) for i in filled]):
         run = [filled[j] for j in bucket]
-        out, _ = extend_with_tokens(model, [base] * len(run), [branches[i].token_ids for i in run], upto_layer=upto)
+        out, _ = extend_with_tokens(model, [base] * len(run), [branches[i].token_ids for i in run], upto_layer=upto,
+                                    final_hidden=stats)
+        if stats:
+            _check_head(model, out)
         for k, i in enumerate(run):
-            caches[i] = snapshot(cache_of(out), k, len(prompt_ids), end=base.length + len(branches[i].token_ids),
-                                 n_blocks=upto)
-    return assertion_features(model, branches, caches, template_ids, layer)
+            if stats:
+                found[i] = _stats_of_row(model, out.final_hidden[k], branches[i].token_ids, first_logits, margins)
+            if upto is not None:
+                caches[i] = snapshot(cache_of(out), k, len(prompt_ids), end=base.length + len(branches[i].token_ids),
+                                     n_blocks=upto)
+        del out  # the next bucket's pass must not hold this one's states and cache too
+    return caches, found
+
+
+def stats_from_tokens(model, prompt_ids: list[int], branches: list[Branch],
+                      margins: bool = False) -> list[dict[str, list[float]]]:
+    """Per branch, its token statistics ({name in STAT_NAMES: one float per kept token}, as `Branch.stats`), from
+    the full model run over its tokens (no features): what decoding computed, rebuilt for banked branches (equal to
+    float rounding in float32, tests/test_features.py). With `margins`, each dict also holds "margin", p(top1) -
+    p(top2) per token as decoding banked it: how a rescoring checks that the model, precision and tokens are the
+    record's."""
+    return _branch_passes(model, prompt_ids, branches, None, stats=True, margins=margins)[1]
+
+
+@torch.inference_mode()
+def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], template_ids: list[list[int]],
+                         layer: int | list[int], stats: bool = False):
+    """Features of banked branches (no KV cache at hand): one prefill of the prompt, passes over the branches'
+    tokens on top of it (branches of similar length share one, `length_buckets`), then the templates. Same
+    values as `assertion_features`.
+
+    With `stats`, returns (features, per-branch token statistics) from the same passes, run through every block
+    (`_branch_passes`); without, the features alone from passes that stop at the deepest feature layer."""
+    upto = max([layer] if isinstance(layer, int) else layer)
+    caches, found = _branch_passes(model, prompt_ids, branches, upto, stats)
+    features = assertion_features(model, branches, caches, template_ids, layer)
+    return (features, found) if stats else features

@@ -162,7 +162,24 @@ def _forward_until(model, upto_layer: int, **inputs):
                            cache=inputs.get("cache", inputs.get("past_key_values")), logits=None)
 
 
-def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[int]], upto_layer: int | None = None):
+def _forward_final(model, **inputs):
+    """Every block, the LM head on the last column only (`logits_to_keep=1`), and the decoder's final (normed)
+    hidden state of every position kept as `final_hidden` (B, U, D): token statistics of every position need the
+    logits everywhere, and (B, U, V) at once would be gigabytes for long branches and large vocabularies, so the
+    caller applies the head chunk by chunk. Caught by a hook on the decoder's output: `output_hidden_states` would
+    keep every layer's states, (L + 1) x (B, U, D), to use the last."""
+    decoder = model.get_decoder() or model.base_model
+    captured = []
+    handle = decoder.register_forward_hook(lambda module, args, output: captured.append(output[0]))
+    try:
+        out = model(**inputs, logits_to_keep=1)
+    finally:
+        handle.remove()
+    return SimpleNamespace(logits=out.logits, cache=cache_of(out), final_hidden=captured[-1], hidden_states=None)
+
+
+def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[int]], upto_layer: int | None = None,
+                       final_hidden: bool = False):
     """Run `tokens[i]` on top of `cache_rows[i]` in one batch.
 
     Caches are right-padded to a common length and the new tokens right-padded too; the attention
@@ -171,7 +188,9 @@ def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[i
     With `upto_layer` < the number of blocks, only hidden states up to that index are computed (no
     later blocks, no logits): features need one middle layer, and the rest of the model is most of
     the cost. The caches then only need (and only get) the first `upto_layer` blocks. With `upto_layer` = the
-    number of blocks, every block runs but the logits are only those of the last column.
+    number of blocks, every block runs but the logits are only those of the last column. With `final_hidden`
+    (`upto_layer` is then ignored), every block runs and the output carries the decoder's final hidden state of every
+    position instead of per-layer ones (`_forward_final`).
     """
     device = input_device(model)
     rows, longest = len(cache_rows), max(c.length for c in cache_rows)
@@ -195,7 +214,9 @@ def extend_with_tokens(model, cache_rows: list[BranchCache], tokens: list[list[i
         positions[i] = c.length + torch.arange(new_width, device=device)
     inputs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                   **with_cache(model, cache))
-    if upto_layer is not None and upto_layer < model.config.num_hidden_layers:
+    if final_hidden:
+        out = _forward_final(model, **inputs)
+    elif upto_layer is not None and upto_layer < model.config.num_hidden_layers:
         out = _forward_until(model, upto_layer, **inputs)
     elif upto_layer is not None:  # the last layer: every block, but no LM head (~1/4 of a 0.5B model's work)
         out = model(**inputs, output_hidden_states=True, logits_to_keep=1)

@@ -111,9 +111,20 @@ class Pipeline:
 
     def featurise(self, prompts: list[list[int]], keys: list[str], until: list[str], max_gen_toks: int,
                   max_rows: int | None = None,
-                  on_result: Callable[[int, LoverResult], None] | None = None) -> list[LoverResult]:
+                  on_result: Callable[[int, LoverResult], None] | None = None, stats: bool = True) -> list[LoverResult]:
         """Decode (or take from the bank) and featurise prompts; score with loaded verifiers. Prompts to decode
-        share at most `max_rows` rows (default: all at once); `on_result(i, result)` comes as each is done."""
+        share at most `max_rows` rows (default: all at once); `on_result(i, result)` comes as each is done.
+
+        With `stats`, banked branches without token statistics (decoded before they existed; the selectors of
+        selectors.py need them) get them: from the feature cache, else computed in the pass that computes their
+        features (through every block instead of stopping at the feature layer), or in a pass of their own when the
+        features were cached; then kept in the feature cache. Every result's statistics are rounded to float16 as
+        the bank stores them, so a question selects the same whether decoded now or read back from a bank."""
+        from dataclasses import replace  # imported here, like the two below: only featurise uses them
+
+        from .features import stats_from_tokens
+        from .token_stats import decode_stats, encode_stats
+
         branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
         features = [self.feature_cache.get(k, self.layers, self.template_ids)
                     if self.feature_cache is not None and b is not None else None for k, b in zip(keys, branches)]
@@ -125,10 +136,23 @@ class Pipeline:
         results: list[LoverResult | None] = [None] * len(prompts)
 
         def finish(i: int, q_branches, q_features, computed: bool) -> None:
+            lacking = stats and any(b.stats is None for b in q_branches)
+            found = self.feature_cache.get_stats(keys[i]) if lacking and self.feature_cache is not None else None
+            lacking = lacking and found is None
             if q_features is None:  # from the bank: no KV cache, one prefill per question
-                q_features = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, self.layers)
+                q_features = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, self.layers,
+                                                  stats=lacking)
+                q_features, found = q_features if lacking else (q_features, found)
+            elif lacking:  # features cached, statistics not: the whole model over the branches' tokens
+                found = stats_from_tokens(self.model, prompts[i], q_branches)
             if self.feature_cache is not None and computed:
                 self.feature_cache.put(keys[i], self.layers, self.template_ids, q_features)
+            if self.feature_cache is not None and lacking:
+                self.feature_cache.put_stats(keys[i], found)
+            if found is not None:
+                q_branches = [b if b.stats is not None else replace(b, stats=s) for b, s in zip(q_branches, found)]
+            q_branches = [b if b.stats is None else replace(b, stats=decode_stats(encode_stats(b.stats)))
+                          for b in q_branches]
             results[i] = self._result(prompts[i], q_branches, q_features)
             if on_result is not None:
                 on_result(i, results[i])
