@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STRATEGIES = {"greedy", "majority", "cot_max", "cot_sum", "lover_max", "lover_sum", "pass_at_n"}
+from lover_lmeval.core.selection import STRATEGIES as REGISTERED  # noqa: E402
+
+STRATEGIES = set(REGISTERED)  # every task YAML has one metric row per registered strategy
 
 
 def _run(command: list[str], tmp_path: Path, **env) -> subprocess.CompletedProcess:

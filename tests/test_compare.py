@@ -98,3 +98,17 @@ def test_paired_rows_compares_saved_outcomes_on_shared_questions(tmp_path, capsy
                          ([f"{a}:lover_sum", f"{b}:majority", "--docs", "2-4"], "--docs .2-4. is not START:END")):
         with pytest.raises(SystemExit, match=message):
             main(bad)
+
+
+def test_compare_rows_name_every_registered_strategy_in_the_yaml_order():
+    """`lover compare` spells its rows out (importing the registry would load torch for --help): every registered
+    strategy must be one, in the order of the task YAMLs' metric rows."""
+    import yaml
+
+    from lover_lmeval.apps.compare import ROWS
+    from lover_lmeval.core.selection import STRATEGIES
+
+    assert set(STRATEGIES) <= set(ROWS)
+    base = Path(__file__).resolve().parents[1] / "lover_lmeval" / "task_configs" / "_lover_number.yaml"
+    yaml_rows = [f["name"] for f in yaml.safe_load(base.read_text())["filter_list"]]
+    assert [r for r in ROWS if r in yaml_rows] == yaml_rows

@@ -46,6 +46,7 @@ def _decode(lm, task, docs: list, apply_chat_template: bool, gen_kwargs: dict, b
             raise ValueError(f"--banked_only: none of the {len(docs)} {what} questions is in the bank "
                              f"{lm.pipeline.bank.path}; decode some first (drop --banked_only).")
         log.info("--banked_only: %d of the %d %s questions are banked; using those", len(keep), len(docs), what)
+    lm.pipeline.token_stats = False  # training reads features only: no full-model pass for the selectors' statistics
     return lm.run_contexts([contexts[i] for i in keep], gen_kwargs), keep
 
 

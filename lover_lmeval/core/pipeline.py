@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+import numpy as np
 import torch
 
 from .. import __version__
@@ -25,12 +26,13 @@ from .answers import get_extractor
 from .bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBank, record_key
 from .checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
 from .config import LoverConfig
-from .decoding import iter_branches
-from .features import assertion_features, features_from_tokens
+from .decoding import DecodingConfig, iter_branches
+from .features import assertion_features, features_from_tokens, stats_from_tokens
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
 from .scoring import fit_on_results, unparsed_counts, warn_if_constant_answer, warn_if_one_sided
 from .selection import select
+from .token_stats import decode_stats, encode_stats
 
 log = logging.getLogger("lm_eval.lover_hf")  # under lm-eval's logger, so its CLI shows our messages
 
@@ -57,6 +59,11 @@ class Pipeline:
         self.stored_dtype = model.dtype if model.dtype in STORED_DTYPES else torch.float32
         self.verifiers, self.verifier_meta, self.verifier_ids = {}, {}, {}
         self.fits: dict[str, dict] = {}  # task -> what its test-time fit saw and made (provenance in the results)
+        self.decodings_used: list[dict] = []  # every decoding the run's requests asked for (use_decoding)
+        self.base_decoding = self.config.decoding  # model_args' decoding, which requests may adapt (use_decoding)
+        # Banked branches decoded before token statistics existed get them (the selectors of selectors.py read them)
+        # at ~2x the cost of their features alone; a caller that selects nothing (`lover train`) turns this off.
+        self.token_stats = True
         for name, path in self.config.selection.checkpoints().items():
             try:
                 self.verifiers[name], meta = load_checkpoint(path, expect=self.identity)
@@ -120,11 +127,6 @@ class Pipeline:
         features (through every block instead of stopping at the feature layer), or in a pass of their own when the
         features were cached; then kept in the feature cache. Every result's statistics are rounded to float16 as
         the bank stores them, so a question selects the same whether decoded now or read back from a bank."""
-        from dataclasses import replace  # imported here, like the two below: only featurise uses them
-
-        from .features import stats_from_tokens
-        from .token_stats import decode_stats, encode_stats
-
         branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
         features = [self.feature_cache.get(k, self.layers, self.template_ids)
                     if self.feature_cache is not None and b is not None else None for k, b in zip(keys, branches)]
@@ -217,7 +219,7 @@ class Pipeline:
                     on_done([chunk[k]], [result])
 
             self.featurise([prompts[i] for i in chunk], [keys[i] for i in chunk], until, max_gen_toks, max_rows,
-                           done)
+                           done, stats=self.token_stats)
         return results
 
     def finish_task(self, results: list[LoverResult], task: str | None = None) -> None:
@@ -230,8 +232,21 @@ class Pipeline:
             log.warning("%s: %d of %d branches (%.0f%%) gave no answer the %r extractor can parse; %d of %d "
                         "questions have none in any branch (every selector scores them wrong)", task or "this run",
                         unparsed, total, 100 * unparsed / total, self.extract, without, len(results))
-        if self.config.selection.fit_at_test_time:
+        if self.config.selection.fit_at_test_time and self.config.decoding.n_branches == 1:
+            self.skip_fit(results, task)
+        elif self.config.selection.fit_at_test_time:
             self.fit(results, task)
+
+    def skip_fit(self, results: list[LoverResult], task: str | None = None) -> None:
+        """With one branch a question there is nothing to choose among and no group to contrast: no fit. Every
+        branch gets the neutral score 0.5, so the lover_* rows report that branch's answer (greedy's) instead of
+        failing, and the provenance says why."""
+        name, why = task or "this run", "no fit: n_branches=1 leaves one branch per question, nothing to choose among"
+        self.fits[name] = {"questions": len(results), "extract": self.extract, "skipped": why}
+        for result in results:
+            result.verifier_probs["lover"] = np.full((len(result.branches), 2), 0.5, dtype=np.float32)
+            result.scored_by["lover"] = why
+            result.fit_extract = self.extract
 
     def fit(self, results: list[LoverResult], task: str | None = None):
         """Test-time fit: label-free on these results' own branches; stores the `lover` scores and warns when the
@@ -248,8 +263,16 @@ class Pipeline:
 
     def provenance(self) -> dict:
         """What made this run's scores, for the results file: plugin version, each task's fit, each checkpoint."""
+        used = self.decodings_used or [asdict(self.config.decoding)]
         return {"plugin_version": __version__, "test_time_fits": self.fits, "checkpoints": self.verifier_ids,
-                "layer": self.layer, "decoding": asdict(self.config.decoding), "dtype": str(self.model.dtype)}
+                "layer": self.layer, "decoding": used[0] if len(used) == 1 else used, "dtype": str(self.model.dtype)}
+
+    def use_decoding(self, decoding: DecodingConfig) -> None:
+        """Decode the next prompts with `decoding` (lm-eval's generation settings, harness/generation.py); every
+        decoding a run used is what its provenance records."""
+        self.config.decoding = decoding
+        if asdict(decoding) not in self.decodings_used:
+            self.decodings_used.append(asdict(decoding))
 
     def select(self, results: list[LoverResult], strategy: str, verifier: str = "lover") -> list[str]:
         """One answer per question by a selection strategy (selection.STRATEGIES; oracles need gold, not here)."""

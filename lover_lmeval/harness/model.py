@@ -11,16 +11,17 @@ from collections import defaultdict
 
 import torch
 from lm_eval.models.huggingface import HFLM
-from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
+from lm_eval.models.utils import handle_stop_sequences
 from tqdm import tqdm
 
 from ..core import loading
-from ..core.config import LoverConfig
 from ..core.pipeline import Pipeline, log
 from ..core.results import LoverResult
+from .batch_size import questions_per_batch
 from .chat import warn_on_prompt_format
 from .filter import check_filters_before_decoding
-from .model_args import check_before_loading, loader_error
+from .generation import check_requests, resolve_decoding
+from .model_args import check_before_loading, hub_error, loader_error, one_line_errors, parse_model_args, usage_errors
 from .ranks import fit_every_task
 
 
@@ -33,7 +34,8 @@ class LoverLM(HFLM):
     """
 
     def __init__(self, pretrained=None, gguf_file=None, device=None, **kwargs):
-        config, hf_args = LoverConfig.from_model_args(kwargs)  # bad values fail here, before the model loads
+        one_line_errors()  # on the lm_eval / lover CLI, a bad setting is one line, not a traceback
+        config, hf_args, self.explicit_decoding = parse_model_args(kwargs)  # bad values fail before the model loads
         gguf_sha256 = None
         if pretrained is None and gguf_file is None:
             gguf_file = str(loading.default_gguf())
@@ -49,13 +51,16 @@ class LoverLM(HFLM):
             super().__init__(pretrained=pretrained, device=device, **hf_args)
         except TypeError as error:
             raise loader_error(error, hf_args) from None
+        except OSError as error:  # a hub id that cannot be reached (offline, a typo): name the ways out
+            raise hub_error(error, pretrained) from None
         # HFLM shards requests across ranks only when there are several GPUs; a multi-process CPU launch
         # (ACCELERATE_USE_CPU=1 torchrun/accelerate launch) should split the work the same way.
         accelerator = getattr(self, "accelerator", None)
         if accelerator is not None and accelerator.num_processes > 1 and self.world_size == 1:
             self._rank, self._world_size = accelerator.local_process_index, accelerator.num_processes
         name = loading.model_identity(str(pretrained), gguf_sha256, hf_args.get("revision"))
-        self.pipeline = Pipeline(self.model, self.tokenizer, config, model_name=name)
+        with usage_errors():  # a checkpoint that does not fit this model, a layer out of range
+            self.pipeline = Pipeline(self.model, self.tokenizer, config, model_name=name)
 
     def _prompt_ids(self, context: str, max_ctx_len: int) -> list[int]:
         ids = self.tok_encode(context)
@@ -66,8 +71,11 @@ class LoverLM(HFLM):
         return ids
 
     def prompts(self, contexts: list[str], gen_kwargs: dict) -> tuple[list[list[int]], list[str], int]:
-        """Prompt ids, stop strings and token budget of contexts sharing generation kwargs (as HFLM reads them)."""
-        kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
+        """Prompt ids, stop strings and token budget of contexts sharing generation kwargs (as HFLM reads them).
+        Also makes the pipeline decode as the kwargs ask (harness/generation.py), so keys and branches follow them."""
+        decoding, kwargs = resolve_decoding(self.pipeline.base_decoding, self.explicit_decoding, gen_kwargs,
+                                            self.max_gen_toks)
+        self.pipeline.use_decoding(decoding)
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
         max_gen_toks = int(kwargs.pop("max_gen_toks"))
@@ -86,13 +94,14 @@ class LoverLM(HFLM):
     def run_contexts(self, contexts: list[str], gen_kwargs: dict, on_done=None) -> list[LoverResult]:
         """The pipeline's results for contexts sharing generation kwargs, longest context first (as HFLM)."""
         prompts, until, max_gen_toks = self.prompts(contexts, gen_kwargs)
-        batch_size = self.batch_size if isinstance(self.batch_size, int) else 1
+        batch_size = questions_per_batch(self, max(map(len, prompts)), max_gen_toks)
         return self.pipeline.run(prompts, until, max_gen_toks, batch_size, [len(c) for c in contexts], on_done)
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
         fitting = self.pipeline.config.selection.fit_at_test_time
         scored = set(self.pipeline.verifiers) | ({"lover"} if fitting else set())
         check_filters_before_decoding(self.pipeline.extract if fitting else None, scored)  # before hours of decoding
+        check_requests(requests, self.pipeline.base_decoding, self.explicit_decoding, self.max_gen_toks)
         warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, self.pipeline.verifier_meta)
         groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
         for index, request in enumerate(requests):
@@ -123,7 +132,8 @@ class LoverLM(HFLM):
 
     def get_model_info(self) -> dict:
         """HFLM's model info plus the LoVer provenance (lm-eval writes it into the results file's config)."""
-        return {**super().get_model_info(), "lover": {**self.pipeline.provenance(), "world_size": self.world_size}}
+        return {**super().get_model_info(), "lover": {**self.pipeline.provenance(), "world_size": self.world_size,
+                                                      "batch_size": getattr(self, "auto_batch_size", self.batch_size)}}
 
     @torch.no_grad()
     def greedy_reference(self, context: str, max_gen_toks: int) -> list[int]:

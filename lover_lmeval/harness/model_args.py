@@ -7,23 +7,91 @@ refused before the model loads; any other unknown key is named when the loader r
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
+import logging
+import os
+import sys
 
 from lm_eval.models.huggingface import HFLM
 
-from ..core.config import MODEL_ARGS
+from ..core.config import MODEL_ARGS, LoverConfig
+
+log = logging.getLogger("lm_eval.lover_hf")
 
 LOVER_ARGS = (*MODEL_ARGS, "fit_config", "pretrained", "gguf_file", "device")
+#: model_args that choose the decoding; a request's generation kwargs may not contradict those the user set
+DECODING_ARGS = ("decoding", "temperature", "top_p")
 
 
 def _hflm_args() -> set[str]:
     return set(inspect.signature(HFLM.__init__).parameters) - {"self", "kwargs"}
 
 
+class LoverUsageError(ValueError):
+    """A setting the user passed that lover_hf cannot run with; the message names the value and the fix."""
+
+
+@contextlib.contextmanager
+def usage_errors():
+    """Our configs' ValueErrors (they name the value and the fix) as `LoverUsageError`s."""
+    try:
+        yield
+    except LoverUsageError:
+        raise
+    except ValueError as error:
+        raise LoverUsageError(str(error)) from None
+
+
+def parse_model_args(kwargs: dict) -> tuple[LoverConfig, dict, set[str]]:
+    """(config, the args left for HFLM, the decoding args the user set); warns on a degenerate setting."""
+    with usage_errors():
+        config, hf_args = LoverConfig.from_model_args(kwargs)
+    if config.decoding.n_branches == 1:
+        log.warning("lover_hf: n_branches=1 decodes one branch a question, so every selector row reports that "
+                    "branch's answer (greedy's) and the test-time fit is skipped; use n_branches >= 2 (e.g. 10) to "
+                    "compare selectors.")
+    return config, hf_args, {arg for arg in DECODING_ARGS if arg in kwargs}
+
+
+def one_line_errors() -> None:
+    """On the `lm_eval` / `lover` command line, print a `LoverUsageError` as one line instead of a traceback (the
+    message already says what to change; 70 lines of loader frames hide it). Other errors, and every error under a
+    Python caller (notebook, simple_evaluate), keep their tracebacks."""
+    program = os.path.normpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    name = os.path.basename(program)
+    on_cli = name in ("lm_eval", "lm-eval", "lover") or (  # the console scripts, or `python -m lm_eval`
+        name == "__main__.py" and os.path.basename(os.path.dirname(program)) == "lm_eval")
+    if not on_cli or getattr(sys.excepthook, "lover_one_line", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, error, traceback):
+        if isinstance(error, LoverUsageError):
+            print(f"lover_hf: error: {error}", file=sys.stderr)
+        else:
+            previous(kind, error, traceback)
+
+    hook.lover_one_line = True
+    sys.excepthook = hook
+
+
+def hub_error(error: OSError, pretrained) -> Exception:
+    """A model that could not be loaded from `pretrained` (a hub id offline, a typo) as the ways out."""
+    if pretrained is None or os.path.isdir(str(pretrained)):
+        return error
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return LoverUsageError(
+        f"pretrained={pretrained} could not be loaded ({first[:200]}). If it is a Hugging Face hub id and this "
+        "machine is offline (HF_HUB_OFFLINE=1 or no network): pass gguf_file=PATH to a local GGUF file, "
+        "pretrained=PATH to a local model folder, leave pretrained out to use the embedded SmolLM2-135M-Instruct, "
+        "or go online; otherwise check the id.")
+
+
 def _unknown(key: str, value, suggestion: str | None) -> ValueError:
     hint = f"did you mean {suggestion}? " if suggestion else ""
-    return ValueError(f"model_arg {key}={value} is neither a lover_hf argument ({', '.join(LOVER_ARGS)}) nor "
+    return LoverUsageError(f"model_arg {key}={value} is neither a lover_hf argument ({', '.join(LOVER_ARGS)}) nor "
                       f"HFLM's, nor accepted by the model loader; {hint}see the README's lover_hf model args.")
 
 

@@ -1,0 +1,95 @@
+"""Every lm-eval flag a user passes to lover_hf is honoured or refused by name, on the real `lm_eval` CLI.
+
+Each row runs `lm_eval --model lover_hf` on the embedded SmolLM2 (1 question, 2 branches, 8 tokens) with one flag and
+asserts what the run recorded (the results file's provenance, the log, the logged prompt), or that it stopped before
+decoding with one line `lover_hf: error: ...` naming the value and no traceback.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BASE_ARGS = "n_branches=2"
+
+
+def _lm_eval(tmp_path, model_args: str, *flags: str) -> tuple[subprocess.CompletedProcess, dict | None, list]:
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args", model_args,
+               "--tasks", "lover_gsm8k", "--limit", "1", "--output_path", str(out), "--log_samples", *flags]
+    if "--gen_kwargs" not in flags:
+        command += ["--gen_kwargs", "max_gen_toks=8"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    results = glob.glob(str(out / "*" / "results_*.json"))
+    samples = glob.glob(str(out / "*" / "samples_lover_gsm8k_*.jsonl"))
+    return (done, json.load(open(results[0])) if results else None,
+            [json.loads(line) for line in open(samples[0])] if samples else [])
+
+
+def _sampling(results, samples, log):
+    decoding = results["config"]["lover"]["decoding"]
+    assert decoding["mode"] == "sample" and decoding["temperature"] == 0.8 and decoding["top_p"] == 0.95
+
+
+def _auto(results, samples, log):
+    # a CPU: 50 rows (benchmarks' measured best) / 2 branches = 25 questions a batch, logged and recorded
+    assert "batch_size=auto -> 25 questions (50 rows)" in log
+    assert results["config"]["lover"]["batch_size"] == 25
+
+
+def _fewshot(results, samples, log):
+    context = samples[0]["arguments"]["gen_args_0"]["arg_0"]
+    # two worked exemplars, each ending in the answer sentence the instruction asks for, then the question
+    assert context.count("Question:") == 3 and context.count("The answer is") >= 2
+    assert "Answer: 6\n" not in context  # no bare-number target
+
+
+def _one_branch(results, samples, log):
+    assert "n_branches=1 decodes one branch a question" in log
+    fit = results["config"]["lover"]["test_time_fits"]["lover_gsm8k"]
+    assert fit["skipped"].startswith("no fit: n_branches=1")
+    rows = results["results"]["lover_gsm8k"]
+    assert rows["exact_match,lover_sum"] == rows["exact_match,greedy"]
+
+
+HONOURED = {
+    "gen_kwargs do_sample=true,temperature=0.8": (BASE_ARGS, ["--gen_kwargs", "do_sample=true,temperature=0.8,"
+                                                              "max_gen_toks=8"], _sampling),
+    "batch_size auto": (BASE_ARGS, ["--batch_size", "auto"], _auto),
+    "num_fewshot 2": (BASE_ARGS, ["--num_fewshot", "2"], _fewshot),
+    "n_branches=1": ("n_branches=1", [], _one_branch),
+}
+
+REFUSED = {
+    "do_sample against decoding=cot": (f"{BASE_ARGS},decoding=cot", ["--gen_kwargs", "do_sample=true"],
+                                       "gen_kwargs do_sample=true asks for sampled branches, but model_args "
+                                       "decoding=cot"),
+    "a gen_kwarg lover_hf lacks": (BASE_ARGS, ["--gen_kwargs", "top_k=5"], "gen_kwargs top_k=5"),
+    "n_branches=0": ("n_branches=0", [], "n_branches=0 must be >= 1"),
+    "temperature=0 when sampling": ("decoding=sample,temperature=0", [], "temperature=0 must be > 0"),
+    "a hub id offline": ("pretrained=HuggingFaceTB/SmolLM2-135M-Instruct", [], "pass gguf_file=PATH"),
+}
+
+
+@pytest.mark.parametrize("flag", list(HONOURED))
+def test_flag_is_honoured(tmp_path, smollm2_dir, flag):
+    model_args, flags, check = HONOURED[flag]
+    done, results, samples = _lm_eval(tmp_path, model_args, *flags)
+    assert done.returncode == 0, done.stderr[-4000:]
+    check(results, samples, done.stdout + done.stderr)
+
+
+@pytest.mark.parametrize("flag", list(REFUSED))
+def test_flag_is_refused_in_one_line(tmp_path, smollm2_dir, flag):
+    model_args, flags, message = REFUSED[flag]
+    done, results, _ = _lm_eval(tmp_path, model_args, *flags)
+    assert done.returncode != 0 and results is None
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("lover_hf: error: ") and message in last, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
