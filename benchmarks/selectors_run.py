@@ -1,0 +1,98 @@
+"""Run 19 B: every selection strategy, old and new, on a committed bank set, from one pass over its branches.
+
+For each set (bank_sets.SETS) the model reads the banked branches teacher-forced (never decoding): features for
+LoVer's label-free test-time fit and the per-token statistics of the 2025 selectors (core/selectors.py), both kept
+per question in the local feature cache, so a killed run resumes where it stopped. Then the default test-time fit,
+every registered strategy, and per branch the path scores (with whether the branch's stated answer is right) for
+AUROC. The report holds per-question outcomes, so `selectors_table.py` pairs any two rows afterwards.
+
+    LOVER_DATA_DIR=../../shared/data HF_HUB_OFFLINE=1 ../.venv/bin/python selectors_run.py --set 135m/gsm8k \\
+        --out-dir results/selectors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from bank_sets import BANKS, SETS, UNTIL, load_set, model_source
+
+from lover_lmeval.core.answers import get_extractor, span_confidence, stated_answer
+from lover_lmeval.core.files import write_text
+from lover_lmeval.core.selection import ORACLES, STRATEGIES, select
+from lover_lmeval.core.selectors import DEEPCONF_WINDOW, lowest_window_mean
+from lover_lmeval.harness.model import LoverLM
+
+CHUNK = 10  # questions a featurise call: progress is logged (and cached) this often
+
+
+def path_scores(result, extract) -> dict[str, list[float]]:
+    """Per branch, each selector's path score (higher = more confident) and the stated answer's span confidence."""
+    out: dict[str, list[float]] = {name: [] for name in ("self_certainty", "deepconf_lowest_group", "mean_logprob",
+                                                         "cot_confidence", "lover", "minus_length")}
+    lover = result.scores("lover")
+    for k, branch in enumerate(result.branches):
+        stats = {name: np.asarray(values, dtype=np.float64) for name, values in branch.stats.items()}
+        empty = len(branch.token_ids) == 0
+        out["self_certainty"].append(float("-inf") if empty else float(stats["kl_uniform"].mean()))
+        out["deepconf_lowest_group"].append(lowest_window_mean(-stats["topk_logprob"], DEEPCONF_WINDOW))
+        out["mean_logprob"].append(float("-inf") if empty else float(stats["logprob"].mean()))
+        out["cot_confidence"].append(span_confidence(branch.margins, branch.offsets, stated_answer(extract, branch)))
+        out["lover"].append(float(lover[k]))
+        out["minus_length"].append(-float(len(branch.token_ids)))
+    return out
+
+
+def run_set(name: str, limit: int | None, out_dir: Path) -> Path:
+    bank_set = SETS[name]
+    questions = load_set(bank_set)[:limit]
+    gguf, identity = model_source(bank_set.model)
+    lm = LoverLM(gguf_file=gguf, dtype=bank_set.dtype, bank=str(BANKS / bank_set.model / bank_set.bank),
+                 bank_only=True, extract=bank_set.extract, batch_size=1)
+    assert lm.pipeline.identity["model"] == identity, "bank keys would not match this model"
+    began, results = time.perf_counter(), []
+    for start in range(0, len(questions), CHUNK):
+        chunk = questions[start: start + CHUNK]
+        results += lm.pipeline.featurise([q.prompt_ids for q in chunk], [q.key for q in chunk], UNTIL,
+                                         bank_set.budget)
+        rate = len(results) / (time.perf_counter() - began)
+        print(f"{name}: {len(results)}/{len(questions)} questions read ({60 * rate:.1f} a minute)", flush=True)
+    lm.pipeline.fit(results, name)  # label-free, default config: the lover_* rows
+    extract = get_extractor(bank_set.extract)
+    strategies = [s for s in STRATEGIES if s not in ORACLES]  # every registered label-free selector
+    report = {"set": name, "bank_set": {k: getattr(bank_set, k) for k in bank_set.__dataclass_fields__},
+              "n": len(results), "seconds": round(time.perf_counter() - began, 1),
+              "fit": lm.pipeline.fits[name], "questions": []}
+    for q, result in zip(questions, results):
+        gold = q.gold.strip()
+        # Only the oracle (pass@N, an upper bound) is handed the gold answer.
+        picks = {s: select(result, s, extract, gold=gold if s in ORACLES else None) for s in [*strategies, *ORACLES]}
+        report["questions"].append({
+            "task": q.task, "doc": q.doc_index, "correct": {s: int(p == gold) for s, p in picks.items()},
+            "branch_right": [int(a is not None and a.value == gold)
+                             for a in (stated_answer(extract, b) for b in result.branches)],
+            "path_scores": {k: [round(v, 5) for v in vals] for k, vals in path_scores(result, extract).items()}})
+    out = out_dir / f"{name.replace('/', '_')}.json"
+    write_text(out, json.dumps(report, indent=None))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", action="append", required=True, help=f"a set name ({', '.join(SETS)})")
+    parser.add_argument("--limit", type=int, default=None, help="first N questions only (a check, not a result)")
+    parser.add_argument("--out-dir", default="results/selectors")
+    args = parser.parse_args()
+    unknown = [s for s in args.set if s not in SETS]
+    if unknown:
+        raise SystemExit(f"unknown set(s) {unknown}; choose from {list(SETS)}")
+    for name in args.set:
+        print("wrote", run_set(name, args.limit, Path(args.out_dir)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""Run 19 B's leaderboard: every selector against majority voting, per set and model size, from selectors_run.py.
+
+Reads every `results/selectors/<set>.json`, and writes `leaderboard.md` / `leaderboard.json` beside them and the
+README's figure (`docs/leaderboard.png`): accuracy minus majority with its 95% paired bootstrap interval (10,000
+resamples, seed 0), per selector and set. The recommendation per task family follows the rule fixed in RESULTS.md run
+19 B before any result: pool the family's 0.5B sets; the selector with the highest pooled accuracy is recommended if
+its pooled interval against majority lies above 0, else majority voting. Sets of other sizes are shown, not used to
+choose; a family with no 0.5B set yet gets no recommendation.
+
+    python benchmarks/selectors_table.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+from bench_common import REPO
+
+from lover_lmeval.apps.compare import ROWS
+from lover_lmeval.core.files import write_text
+from lover_lmeval.core.stats import auroc, paired_bootstrap
+
+FAMILIES = {  # RESULTS.md run 19 B
+    "arithmetic": ("gsm8k", "igsm", "bbh_multistep_arithmetic_two", "bbh_object_counting"),
+    "yes/no, true/false": ("bbh_boolean_expressions", "bbh_causal_judgement", "bbh_navigate", "bbh_web_of_lies",
+                           "hotpotqa_yesno"),
+    "multiple choice": ("mmlu_pro",),
+}
+SELECTION_SIZE = "0.5b"
+ORACLE = "pass_at_n"
+
+
+def _paired(a: np.ndarray, b: np.ndarray) -> dict:
+    return paired_bootstrap(a, b, 10_000, np.random.default_rng(0))
+
+
+def set_rows(report: dict) -> dict:
+    """Per strategy: accuracy, and the paired difference against majority and against cot_sum."""
+    strategies = list(report["questions"][0]["correct"])
+    outcome = {s: np.array([q["correct"][s] for q in report["questions"]], dtype=float) for s in strategies}
+    rows = {}
+    for s in strategies:
+        rows[s] = {"acc": float(outcome[s].mean()), "n": len(outcome[s])}
+        if s != ORACLE:
+            rows[s]["minus_majority"] = _paired(outcome[s], outcome["majority"])
+            rows[s]["minus_cot_sum"] = _paired(outcome[s], outcome["cot_sum"])
+    return rows
+
+
+def path_aurocs(report: dict) -> dict:
+    """AUROC of each path score against the branch's stated answer being right, branches pooled over the set."""
+    right = np.concatenate([q["branch_right"] for q in report["questions"]])
+    out = {}
+    for name in report["questions"][0]["path_scores"]:
+        scores = np.concatenate([q["path_scores"][name] for q in report["questions"]]).astype(float)
+        scores = np.where(np.isfinite(scores), scores, np.nanmin(np.where(np.isfinite(scores), scores, np.nan)) - 1)
+        out[name] = auroc(scores, right)
+    return out
+
+
+def recommend(reports: dict[str, dict]) -> dict:
+    """Per family, the pre-registered recommendation from the 0.5B sets present."""
+    out = {}
+    for family, stems in FAMILIES.items():
+        chosen = [r for name, r in reports.items() if name.split("/")[0] == SELECTION_SIZE
+                  and name.split("/")[1] in stems]
+        if not chosen:
+            out[family] = {"selector": None, "why": f"no {SELECTION_SIZE} set of this family has been scored yet"}
+            continue
+        strategies = [s for s in chosen[0]["questions"][0]["correct"] if s != ORACLE]
+        pooled = {s: np.concatenate([[q["correct"][s] for q in r["questions"]] for r in chosen]).astype(float)
+                  for s in strategies}
+        best = max(strategies, key=lambda s: (pooled[s].mean(), s == "majority"))
+        versus = _paired(pooled[best], pooled["majority"])
+        wins = best != "majority" and versus["low"] > 0
+        out[family] = {"selector": best if wins else "majority", "best_point_estimate": best,
+                       "best_acc": float(pooled[best].mean()), "majority_acc": float(pooled["majority"].mean()),
+                       "best_minus_majority": versus, "n": len(pooled[best]),
+                       "sets": sorted(n for n, r in reports.items() if r in chosen)}
+    return out
+
+
+def _interval(d: dict) -> str:
+    return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+
+def markdown(table: dict, recommendation: dict) -> str:
+    sets = list(table["sets"])
+    lines = ["| selector | " + " | ".join(f"{n} (n = {table['sets'][n]['majority']['n']})" for n in sets) + " |",
+             "|---|" + "---|" * len(sets),
+             "| majority (accuracy) | " + " | ".join(f"{table['sets'][n]['majority']['acc']:.3f}" for n in sets) + " |"]
+    for s in table["strategies"]:
+        if s == "majority":
+            continue
+        cells = [f"{table['sets'][n][s]['acc']:.3f}" if s == ORACLE else _interval(table["sets"][n][s]["minus_majority"])
+                 for n in sets]
+        lines.append(f"| `{s}` | " + " | ".join(cells) + " |")
+    lines += ["", "Cells: accuracy minus majority voting, 95% paired bootstrap interval; `pass_at_n`: the oracle's "
+              "accuracy (an upper bound: it reads the gold answer).", "", "| family | recommended | evidence |",
+              "|---|---|---|"]
+    for family, rec in recommendation.items():
+        if rec["selector"] is None:
+            lines.append(f"| {family} | — | {rec['why']} |")
+            continue
+        evidence = (f"best pooled: `{rec['best_point_estimate']}` {rec['best_acc']:.3f} vs majority "
+                    f"{rec['majority_acc']:.3f}, {_interval(rec['best_minus_majority'])}, n = {rec['n']} "
+                    f"({', '.join(rec['sets'])})")
+        lines.append(f"| {family} | `{rec['selector']}` | {evidence} |")
+    return "\n".join(lines) + "\n"
+
+
+BEGIN, END = "<!-- leaderboard: generated by benchmarks/selectors_table.py -->", "<!-- leaderboard: end -->"
+
+
+def readme_block(table: dict, recommendation: dict) -> str:
+    """The README's leaderboard: per set, majority's accuracy and the selectors whose interval against it excludes 0,
+    then the recommendation per family; the full table is in benchmarks/results/selectors/leaderboard.md."""
+    lines = [BEGIN, "", "| set | n | majority | beats majority (95% paired interval above 0) | loses to it |",
+             "|---|---|---|---|---|"]
+    for name, rows in table["sets"].items():
+        above = [f"`{s}` {_interval(r['minus_majority'])}" for s, r in rows.items()
+                 if "minus_majority" in r and s != "majority" and r["minus_majority"]["low"] > 0]
+        below = [f"`{s}`" for s, r in rows.items() if "minus_majority" in r and r["minus_majority"]["high"] < 0]
+        lines.append(f"| {name} | {rows['majority']['n']} | {rows['majority']['acc']:.3f} | "
+                     f"{', '.join(above) or 'none'} | {', '.join(below) or 'none'} |")
+    lines += ["", "**Recommended label-free selector** (the rule fixed before the results, benchmarks/RESULTS.md run "
+              "19 B):"]
+    for family, rec in recommendation.items():
+        if rec["selector"] is None:
+            lines.append(f"- {family}: not yet measured ({rec['why']}).")
+        else:
+            lines.append(f"- {family}: `{rec['selector']}` (best pooled `{rec['best_point_estimate']}`, "
+                         f"{_interval(rec['best_minus_majority'])} vs majority, n = {rec['n']}).")
+    lines += ["", "Every selector on every set, with intervals: "
+              "[benchmarks/results/selectors/leaderboard.md](benchmarks/results/selectors/leaderboard.md).", END]
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, block: str) -> None:
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme} has no {BEGIN} ... {END} markers: put them where the leaderboard goes")
+    write_text(readme, text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):])
+
+
+def figure(table: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on CI or servers
+    import matplotlib.pyplot as plt
+
+    sets = list(table["sets"])
+    strategies = [s for s in table["strategies"] if s not in ("majority", ORACLE)]
+    fig, axes = plt.subplots(1, len(sets), figsize=(3.2 * len(sets), 0.32 * len(strategies) + 1.4), sharey=True,
+                             squeeze=False)
+    for ax, name in zip(axes[0], sets):
+        rows = table["sets"][name]
+        diffs = [rows[s]["minus_majority"] for s in strategies]
+        y = np.arange(len(strategies))
+        ax.errorbar([d["diff"] for d in diffs], y, xerr=[[d["diff"] - d["low"] for d in diffs],
+                                                         [d["high"] - d["diff"] for d in diffs]], fmt="o", ms=4)
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_title(f"{name}\nmajority {rows['majority']['acc']:.2f}, n = {rows['majority']['n']}", fontsize=9)
+        ax.set_yticks(y, strategies, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("accuracy − majority", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def build(folder: Path) -> tuple[dict, dict]:
+    """(table, recommendation) from every selectors_run.py report in `folder`."""
+    reports = {json.loads(p.read_text())["set"]: json.loads(p.read_text())
+               for p in sorted(folder.glob("*.json")) if p.name != "leaderboard.json"}
+    if not reports:
+        raise SystemExit(f"no selectors_run.py reports in {folder}: run benchmarks/selectors_run.py --set NAME first")
+    order = sorted(reports, key=lambda n: ({"135m": 0, "0.5b": 1, "1.5b": 2}.get(n.split("/")[0], 3), n))
+    present = reports[order[0]]["questions"][0]["correct"]
+    table = {"strategies": [s for s in ROWS if s in present] + [s for s in present if s not in ROWS],  # YAML order
+             "sets": {n: set_rows(reports[n]) for n in order},
+             "auroc": {n: path_aurocs(reports[n]) for n in order}}
+    return table, recommend(reports)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=str(REPO / "benchmarks/results/selectors"))
+    parser.add_argument("--figure", default=str(REPO / "docs/leaderboard.png"))
+    args = parser.parse_args()
+    folder = Path(args.results)
+    table, recommendation = build(folder)
+    write_text(folder / "leaderboard.json", json.dumps({**table, "recommendation": recommendation}, indent=1))
+    write_text(folder / "leaderboard.md", markdown(table, recommendation))
+    figure(table, Path(args.figure))
+    update_readme(REPO / "README.md", readme_block(table, recommendation))
+    print(markdown(table, recommendation))
+    print("AUROC of path scores vs branch correctness:")
+    for name, values in table["auroc"].items():
+        print(f"  {name}: " + ", ".join(f"{k} {v:.3f}" if v is not None else f"{k} -" for k, v in values.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
