@@ -93,3 +93,21 @@ def test_flag_is_refused_in_one_line(tmp_path, smollm2_dir, flag):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("lover_hf: error: ") and message in last, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+
+
+def test_an_empty_prompt_is_refused_before_decoding_naming_its_document():
+    """A doc whose prompt is empty would fail inside the prefill after the other questions decoded; it is refused
+    first, with the task and doc id. The other request's kwargs are checked in the same pass."""
+    from lm_eval.api.instance import Instance
+
+    from lover_lmeval.core.decoding import DecodingConfig
+    from lover_lmeval.harness.generation import check_requests
+    from lover_lmeval.harness.model_args import LoverUsageError
+
+    def request(context: str, doc_id: int) -> Instance:
+        return Instance("generate_until", {}, (context, {"until": ["Question:"], "do_sample": False}), 0,
+                        metadata=("my_task", doc_id, 1))
+
+    check_requests([request("Question: 2 + 2?", 0)], DecodingConfig(), set(), 256)
+    with pytest.raises(LoverUsageError, match="task my_task doc 7 has an empty prompt"):
+        check_requests([request("Question: 2 + 2?", 0), request("  ", 7)], DecodingConfig(), set(), 256)
