@@ -5,9 +5,6 @@ equal answers form a group (`answers.answer_groups`); each candidate group gets 
 answer is returned. Strategies (score of a branch -> score of a group):
 
 - greedy: branch 0's answer (CoT-decoding's branch 0 is the plain greedy decode), read as lm-eval's greedy is.
-
-Every other strategy reads each branch's *stated* answer (`answers.stated_answer`): a branch cut at the token budget
-whose answer is only the extractor's fallback (no "The answer is ...") has none.
 - majority: number of branches in the group.
 - cot_max / cot_sum: CoT-decoding confidence, Delta = mean over the answer-span tokens of
   p(top1) - p(top2); a branch without an answer has Delta = 0. Group = max / sum of its branches.
@@ -16,6 +13,9 @@ whose answer is only the extractor's fallback (no "The answer is ...") has none.
   selectors from per-token statistics (`Branch.stats`) or token counts, in selectors.py.
 - pass_at_n: an *oracle*, not a selector: it reads the gold answer and returns it if any branch has it. It is
   an upper bound for every selector.
+
+Every strategy but greedy reads each branch's *stated* answer (`answers.stated_answer`): a branch cut at the token budget
+whose answer is only the extractor's fallback (no "The answer is ...") has none.
 
 Only groups with an answer compete; with none, the output is "" (counted wrong). Group scores within
 `TIE_TOLERANCE` (1e-3) of the best tie, and a tie goes to the larger group, then to the group holding the lowest
