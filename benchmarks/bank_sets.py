@@ -6,7 +6,7 @@ its records are found by recomputing their keys (`Pipeline.record_keys`' recipe,
 prompt under two budgets or dtypes gives each set only its own records), and each record is joined to the document
 whose `doc_to_text` its decoded prompt contains. Only the tokenizer is loaded (from the GGUF), never the weights.
 
-    from bank_sets import SETS, load_set
+    from benchmarks.bank_sets import SETS, load_set
     questions = load_set(SETS["0.5b/gsm8k"])   # [BankQuestion(doc_index, gold, branches, prompt_ids, key), ...]
 
 Selectors then run on `questions` exactly as `lover_select` runs them in lm-eval (`core.selection.select`).
@@ -15,20 +15,16 @@ Selectors then run on `questions` exactly as `lover_select` runs them in lm-eval
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from bench_common import REPO, model_file
-
+from benchmarks.bench_common import BANKS, UNTIL, model_file
 from lover_lmeval.core.bank import BranchBank, record_key
 from lover_lmeval.core.branch import Branch
 from lover_lmeval.core.decoding import DecodingConfig
-
-BANKS = REPO / "benchmarks" / "banks"
-UNTIL = ["Question:", "</s>", "<|im_end|>", "<|endoftext|>"]  # _lover_base.yaml's stop strings (every banked task)
+from lover_lmeval.core.loading import sha256_file
 
 
 @dataclass(frozen=True)
@@ -93,19 +89,11 @@ class BankQuestion:
     key: str
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @lru_cache(maxsize=None)
 def model_source(model: str) -> tuple[str, str]:
     """(GGUF path, model identity as bank keys name it) of a get-model name."""
     gguf = model_file(model)
-    return gguf, f"gguf-sha256:{_sha256(gguf)}"
+    return gguf, f"gguf-sha256:{sha256_file(Path(gguf))}"
 
 
 @lru_cache(maxsize=None)

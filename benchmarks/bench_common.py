@@ -1,16 +1,29 @@
-"""What the benchmark scripts share: the model file, a `START:END` document range and a task's prompts.
+"""What the benchmark scripts share: paths, the model file and its options, a `START:END` document range, a task's
+prompts and the offline environment.
 
-Each script is run as `python benchmarks/NAME.py`, so this folder is on `sys.path` and `import bench_common` works
-without installing anything.
+The scripts live in one folder per study (`benchmarks/<study>/NAME.py`, listed in benchmarks/README.md) and import
+this module as `benchmarks.bench_common`. Run one as a file (`python benchmarks/<study>/NAME.py`) or as a module from
+the repository root (`python -m benchmarks.<study>.NAME`): a script that imports from `benchmarks` starts with
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+
+so both work without installing anything beyond the package.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-GET_MODEL = REPO.parent / "shared" / "bin" / "get-model"
+BANKS = REPO / "benchmarks" / "banks"  # committed branch banks, one folder per model
+RESULTS = REPO / "benchmarks" / "results"  # committed outputs of the scripts (paths kept: RESULTS.md's runs cite them)
+SHARED = REPO.parent / "shared"  # data, models and samples shared beside the clone
+GET_MODEL = SHARED / "bin" / "get-model"
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+# task_configs/_lover_base.yaml's stop strings (every banked task): part of each bank record's key
+UNTIL = ["Question:", "</s>", "<|im_end|>", "<|endoftext|>"]
 
 
 def model_file(name: str) -> str:
@@ -24,10 +37,25 @@ def model_file(name: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def add_model_options(parser, model: str | None = DEFAULT_MODEL, dtype: str | None = "float32",
+                      model_default: str | None = None) -> None:
+    """--model (default `model`; `model_default` says what None means to the script), --gguf and, unless `dtype` is
+    None, --dtype: which model a script loads."""
+    parser.add_argument("--model", default=model, help=f"a name get-model knows (default {model_default or model})")
+    parser.add_argument("--gguf", default=None, help="the model file itself, instead of get-model MODEL")
+    if dtype is not None:
+        parser.add_argument("--dtype", default=dtype, help=f"weights and activations (default {dtype})")
+
+
+def model_path(args) -> str:
+    """The model file of parsed `add_model_options`: --gguf, else get-model's file of --model."""
+    return args.gguf or model_file(args.model)
+
+
 def add_question_options(parser, docs: str) -> None:
-    """--model, --dtype, --task, --split and --docs (default `docs`): which questions of which model a script reads."""
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="a name get-model knows")
-    parser.add_argument("--dtype", default="float32")
+    """--model, --gguf, --dtype, --task, --split and --docs (default `docs`): which questions of which model a script
+    reads."""
+    add_model_options(parser)
     parser.add_argument("--task", default="lover_gsm8k", help="lm-eval task")
     parser.add_argument("--split", default="test")
     parser.add_argument("--docs", default=docs, help="START:END, document indices of the split")
@@ -53,6 +81,13 @@ def task_docs(task, split: str, span: str, option: str = "--docs") -> list[dict]
 def task_contexts(task, lm, docs: list[dict]) -> list[str]:
     """Zero-shot, chat-templated contexts of `docs`: the strings lm-eval would hand `lm` for them."""
     return [task.fewshot_context(d, 0, apply_chat_template=True, chat_template=lm.apply_chat_template) for d in docs]
+
+
+def offline_env() -> None:
+    """Data from ../shared/data and no network, unless the caller's environment already says otherwise."""
+    os.environ.setdefault("LOVER_DATA_DIR", str(SHARED / "data"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 def load_model(name: str, dtype: str = "float32", gguf: str | None = None):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_common import docs_range  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, as the scripts do
+from benchmarks.bench_common import docs_range  # noqa: E402
 
 
 def test_docs_range_reads_start_and_end():

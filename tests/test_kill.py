@@ -1,6 +1,6 @@
 """A real `lm_eval --model lover_hf ... bank=...` run killed with SIGKILL mid-decode and restarted: every question
 banked before the kill is read back (none decoded again), none is duplicated, and the final metrics equal those of
-an uninterrupted run (issue Nothing lost). benchmarks/soak_kill.py repeats this at random moments."""
+an uninterrupted run (issue Nothing lost). benchmarks/reliability/soak_kill.py repeats this at random moments."""
 
 from __future__ import annotations
 

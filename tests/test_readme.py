@@ -286,10 +286,10 @@ def test_the_doc_pages_say_who_they_are_for_and_their_links_resolve():
 
 
 def test_the_readme_figure_is_committed():
-    """The figure benchmarks/selectors_table.py draws from the committed results."""
+    """The figure benchmarks/selectors/selectors_table.py draws from the committed results."""
     for target in markdown_links(readme()):
         if target.endswith(".png"):
-            assert (REPO / target).is_file(), f"README shows {target}: run benchmarks/selectors_table.py"
+            assert (REPO / target).is_file(), f"README shows {target}: run benchmarks/selectors/selectors_table.py"
 
 
 def test_the_main_job_is_one_block_under_its_heading():

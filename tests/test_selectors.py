@@ -174,7 +174,8 @@ def test_an_empty_path_scores_lowest_and_wins_only_by_ties(strategy):
 @pytest.mark.parametrize("strategy", READ_STATS)
 def test_missing_statistics_raise_with_the_fix(strategy):
     branches = [_branch("it is 5", 2), _branch("it is 6", 2, has_stats=False)]
-    with pytest.raises(ValueError, match=rf"strategy='{strategy}'.*branch 1 has stats=None.*benchmarks/rescore_bank"):
+    with pytest.raises(ValueError,
+                       match=rf"strategy='{strategy}'.*branch 1 has stats=None.*benchmarks/selectors/rescore_bank"):
         _pick(strategy, branches)
     partial = _branch("it is 6", 2)
     del partial.stats["kl_uniform"], partial.stats["logprob"], partial.stats["topk_logprob"]

@@ -260,7 +260,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
                                  "questions_without_answer": without, "accuracy_vs_n": curves[task],
                                  "diagnostics": diagnostics}
         # Per question, so other runs on the same questions (or a subset) can be compared paired later
-        # without re-running (benchmarks/paired_rows.py); one line per question keeps the file diffable.
+        # without re-running (benchmarks/paper/paired_rows.py); one line per question keeps the file diffable.
         per_question += [json.dumps({"task": task, "doc_id": doc_id,
                                      **{name: int(correct[k]) for name, correct in table.items()}})
                          for k, doc_id in enumerate(doc_ids)]

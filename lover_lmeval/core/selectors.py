@@ -24,8 +24,8 @@ import numpy as np
 from .selection import Question, _needs_branches, pick_group, register_strategy
 
 #: What to do about branches without `stats` (decoded before the statistics existed).
-STATS_FIX = ("decode with this version or rescore the bank: benchmarks/rescore_bank.py; lover_hf adds them to banked "
-             "branches")
+STATS_FIX = ("decode with this version or rescore the bank: benchmarks/selectors/rescore_bank.py; lover_hf adds them "
+             "to banked branches")
 #: Borda exponent p (Kang et al.'s example; p = 0 would be majority).
 BORDA_POWER = 0.5
 #: DeepConf's sliding window W, in tokens (theirs 2048 on traces up to 64k tokens; ours are <= 512).

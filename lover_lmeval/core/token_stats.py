@@ -79,4 +79,4 @@ def decode_stats(encoded: dict[str, str]) -> dict[str, list[float]]:
                 for name, text in encoded.items()}
     except (ValueError, TypeError) as error:
         raise ValueError(f"stored stats {str(encoded)[:80]!r} are not base64 float16 arrays ({error}); the record "
-                         "is damaged: rescore it (benchmarks/rescore_bank.py) or drop its stats.") from None
+                         "is damaged: rescore it (benchmarks/selectors/rescore_bank.py) or drop its stats.") from None

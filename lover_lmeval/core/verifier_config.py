@@ -40,7 +40,7 @@ class VerifierConfig:
     3e-3 x 100 epochs 0.93, 1e-2 x 30 epochs 0.92.  On 6 further worlds, with 3e-3:
     30 epochs x 3 restarts 0.941, 40 x 3 0.949, 40 x 2 0.932.  The defaults (3e-3,
     40 epochs, 64 questions/step, 3 restarts) are the best of those near the CPU budget
-    of ``benchmarks/bench_fit.py`` (1000 questions x 10 branches, D=896); 30 epochs
+    of ``benchmarks/performance/bench_fit.py`` (1000 questions x 10 branches, D=896); 30 epochs
     is 25% cheaper for ~0.01 accuracy.
     """
 

@@ -3,7 +3,7 @@
 1000 questions x 10 branches, D=896, features with LLM-like norms (~50 offset per set),
 answers spread over up to 5 groups.  Target: <= 30 s.
 
-    .venv/bin/python benchmarks/bench_fit.py [--questions 1000] [--branches 10] [--dim 896]
+    .venv/bin/python benchmarks/performance/bench_fit.py [--questions 1000] [--branches 10] [--dim 896]
 """
 
 import argparse

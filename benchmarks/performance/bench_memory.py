@@ -17,7 +17,8 @@ The slope of peak RSS over Q is the memory per 1,000 questions; `--synthetic-12k
 random 4096-wide bf16 features with the default `max_dense_gib` (2: their float32 copy, 3.7 GiB, is over it, so the
 fit streams; the issue's "12k questions on a 4096-wide model"). Example:
 
-    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/python benchmarks/bench_memory.py \
+    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+      .venv/bin/python benchmarks/performance/bench_memory.py \
       --out benchmarks/results/memory_qwen2.5-coder-0.5b-instruct.json
 """
 
@@ -32,7 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import BANKS, model_file, task_contexts  # noqa: E402
+
 STREAMED_GIB = 0.05  # a small budget, so the streamed rows stream (chunks of ~700 questions at D = 896)
 STORAGES = {"float32, dense": ("float32", 2.0), "bfloat16, dense": ("bfloat16", 2.0),
             "bfloat16, streamed": ("bfloat16", STREAMED_GIB)}
@@ -58,12 +61,10 @@ def export(scratch: Path, n_real: int) -> None:
     import numpy as np
     from lm_eval.tasks import TaskManager
 
-    from bench_common import model_file, task_contexts
-
     from lover_lmeval.harness.model import LoverLM
 
     gguf = model_file("qwen2.5-coder-0.5b-instruct")
-    bank = REPO / "benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz"
+    bank = BANKS / "qwen2.5-coder-0.5b-instruct" / "lover_gsm8k-test.jsonl.gz"
     lm = LoverLM(gguf_file=gguf, dtype="float32", bank=str(bank), bank_only=True, verifier=None, layer=12)
     task = TaskManager().load(["lover_gsm8k"])["tasks"]["lover_gsm8k"]
     contexts = task_contexts(task, lm, list(task.dataset["test"])[:n_real])

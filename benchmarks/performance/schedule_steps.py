@@ -1,16 +1,16 @@
 #!/usr/bin/env python
 """Decoding steps of batch-by-batch vs continuous batching, counted from a bank's real branch lengths (no model).
 
-A step is one forward of every row still decoding. Batch by batch, `batch` questions (N rows each) start together
-and the batch lives until its longest branch ends; continuously (`iter_branches` with `max_rows` = batch x N), a
-question is admitted as soon as N rows are free, in bank order. Where a step costs about the same for any number of
-rows (a GPU: benchmarks/RESULTS.md run 15 measured ~100 ms a step, host-bound), time follows the step count; on the
-2-core CPU, past ~25 rows, it follows the tokens instead, which no schedule changes.
+A step is one forward of every row still decoding. Batch by batch, `batch` questions (N rows each) start together and
+the batch lives until its longest branch ends; continuously (`iter_branches` with `max_rows` = batch x N), a question
+is admitted as soon as N rows are free, in bank order. Where a step costs about the same for any number of rows (a
+GPU: run 15, benchmarks/runs/run15_gpu_outside_check.md, measured ~100 ms a step, host-bound), time follows the step
+count; on the 2-core CPU, past ~25 rows, it follows the tokens instead, which no schedule changes.
 
 A branch's decoded tokens are its kept tokens, plus one when it ended on EOS or a stop string (the token that ended
 it; a stop string spread over several tokens makes this a slight undercount, the same for both schedules).
 
-    .venv/bin/python benchmarks/schedule_steps.py \
+    .venv/bin/python benchmarks/performance/schedule_steps.py \
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz \
       --out benchmarks/results/schedule_steps_qwen2.5-coder-0.5b-instruct_gsm8k.json
 """

@@ -28,7 +28,7 @@ then, as a subprocess,
 Prints a Markdown table and writes it, with the machine, command line and ratios, to
 benchmarks/results/decode_<date>.json (and .md). Example:
 
-    .venv/bin/python benchmarks/bench_decode.py --n-questions 10 --max-new-tokens 256
+    .venv/bin/python benchmarks/performance/bench_decode.py --n-questions 10 --max-new-tokens 256
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import REPO, RESULTS, add_model_options, model_path, offline_env  # noqa: E402
+
 MODEL_NAME = "qwen2.5-coder-0.5b-instruct"
-DEFAULT_GGUF = Path.home() / ".cache" / "lover-models" / f"{MODEL_NAME}.gguf"
 BENCH_TASK = "bench_gsm8k_sc10"
 LOVER_TASK = "lover_gsm8k"
 TARGETS = {  # ratio name -> target (lower is better)
@@ -67,7 +67,7 @@ def parse_args(argv=None):
     p.add_argument("--n-questions", type=int, default=10, help="Q, first Q GSM8K test questions (default 10)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="token budget of every method (default 256)")
     p.add_argument("--n-branches", type=int, default=10, help="N branches (default 10)")
-    p.add_argument("--gguf", default=str(DEFAULT_GGUF), help="GGUF model (fetched with get-model if missing)")
+    add_model_options(p, MODEL_NAME, dtype=None)  # --model, --gguf
     p.add_argument("--lm-eval-questions", type=int, default=None,
                    help="K questions for the lm-eval self-consistency run (default Q; 0 skips it). It is the "
                         "slowest method: on a small CPU use fewer and compare against branches on the same K.")
@@ -101,22 +101,8 @@ def setup_env(threads=None):
     if threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(threads)
-    os.environ.setdefault("LOVER_DATA_DIR", str(SHARED / "data"))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    offline_env()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def ensure_gguf(path: Path) -> Path:
-    if path.is_file():
-        return path
-    getter = SHARED / "bin" / "get-model"
-    print(f"[bench] {path} missing: running {getter} {MODEL_NAME}", flush=True)
-    out = subprocess.run([str(getter), MODEL_NAME, str(path.parent)], check=True, capture_output=True, text=True)
-    fetched = Path(out.stdout.strip().splitlines()[-1])
-    if fetched != path and fetched.is_file():
-        return fetched
-    return path
 
 
 def machine_info():
@@ -306,7 +292,7 @@ def markdown(res) -> str:
 def main(argv=None):
     args = parse_args(argv)
     setup_env(args.threads)
-    gguf = ensure_gguf(Path(args.gguf))
+    gguf = Path(model_path(args))
 
     import torch
 
@@ -494,7 +480,7 @@ def main(argv=None):
                                                 template_ids, layer)
     table = markdown(res)
     res["markdown"] = table
-    out = Path(args.output) if args.output else REPO / "benchmarks" / "results" / f"decode_{started.date()}.json"
+    out = Path(args.output) if args.output else RESULTS / f"decode_{started.date()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2, default=str))
     out.with_suffix(".md").write_text(f"`{res['command']}`\n\n{table}\n")

@@ -6,7 +6,7 @@ GSM8K test questions. We re-tokenize each branch, compute assertion features at 
 questions' own branches (the test-time fit of `verifier=fit`), and compare selection strategies.
 Gold answers are used only to score, never to fit or choose anything.
 
-    python benchmarks/real_features.py --layers 6,12,18 --out benchmarks/results/real_features.json
+    python benchmarks/fit/real_features.py --layers 6,12,18 --out benchmarks/results/real_features.json
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -23,13 +24,14 @@ import torch
 from lover_lmeval.core.answers import normalise_number
 from lover_lmeval.core.branch import Branch
 from lover_lmeval.core.features import FALSE_TEMPLATE, TRUE_TEMPLATE, features_from_tokens
-from lover_lmeval.core.loading import convert_gguf
 from lover_lmeval.core.results import LoverResult
-from lover_lmeval.harness.filter import LoverSelect
 from lover_lmeval.core.scoring import batch_results, fit_on_results
 from lover_lmeval.core.verifier import VerifierConfig
+from lover_lmeval.harness.filter import LoverSelect
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import SHARED, add_model_options, load_model  # noqa: E402
+
 PROMPT_SUFFIX = "\nLet's think step by step and end with 'The answer is N.'"  # as in shared/samples/README.md
 
 
@@ -42,18 +44,14 @@ def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", default=str(Path.home() / ".cache/lover-models/qwen2.5-coder-0.5b-instruct.gguf"))
+    add_model_options(parser, dtype=None)  # the samples' model, in float32
     parser.add_argument("--samples", default=str(SHARED / "samples/qwen2.5-coder-0.5b-gsm8k-cot10.jsonl"))
     parser.add_argument("--layers", default="6,12,18")
     parser.add_argument("--normalize", default="mean,meanstd,none")
     parser.add_argument("--out", default="benchmarks/results/real_features.json")
     args = parser.parse_args()
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = convert_gguf(Path(args.gguf))
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model, tokenizer, _ = load_model(args.model, "float32", args.gguf)
     rows = [json.loads(line) for line in open(args.samples)]
     layers = [int(x) for x in args.layers.split(",")]
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]

@@ -1,6 +1,8 @@
-"""One Markdown table from `fit_ablation.py --orient-by-vote --orient-by-confidence` outputs (RESULTS.md runs 5-6).
+"""One Markdown table from `fit_ablation.py --orient-by-vote --orient-by-confidence` outputs (runs 5-6:
+benchmarks/runs/run05_orientation.md, run06_orientation_held_out.md).
 
-    .venv/bin/python benchmarks/summarize_orient.py benchmarks/results/fit_orient_lover_bbh_navigate_test100.json ...
+    .venv/bin/python benchmarks/fit/summarize_orient.py \
+        benchmarks/results/fit_orient_lover_bbh_navigate_test100.json ...
 
 Per fit: the label-free fit's AUROC, each signal's Spearman rho and the AUROC after orienting by it, and LoVer(sum) of
 the fit / vote-oriented / confidence-oriented verifier. A sign is "right" when rho > 0 exactly when AUROC > 0.5 (a

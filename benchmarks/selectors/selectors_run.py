@@ -6,25 +6,29 @@ per question in the local feature cache, so a killed run resumes where it stoppe
 every registered strategy, and per branch the path scores (with whether the branch's stated answer is right) for
 AUROC. The report holds per-question outcomes, so `selectors_table.py` pairs any two rows afterwards.
 
-    LOVER_DATA_DIR=../../shared/data HF_HUB_OFFLINE=1 ../.venv/bin/python selectors_run.py --set 135m/gsm8k \\
-        --out-dir results/selectors
+    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/selectors/selectors_run.py \\
+        --set 135m/gsm8k   # -> benchmarks/results/selectors/135m_gsm8k.json (--out-dir to change)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from bank_sets import BANKS, SETS, UNTIL, load_set, model_source
 
 from lover_lmeval.core.answers import get_extractor, span_confidence, stated_answer
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.selection import ORACLES, STRATEGIES, select
 from lover_lmeval.core.selectors import DEEPCONF_WINDOW, lowest_window_mean
 from lover_lmeval.harness.model import LoverLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bank_sets import SETS, load_set, model_source  # noqa: E402
+from benchmarks.bench_common import BANKS, RESULTS, UNTIL  # noqa: E402
 
 CHUNK = 10  # questions a featurise call: progress is logged (and cached) this often
 
@@ -84,7 +88,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", action="append", required=True, help=f"a set name ({', '.join(SETS)})")
     parser.add_argument("--limit", type=int, default=None, help="first N questions only (a check, not a result)")
-    parser.add_argument("--out-dir", default="results/selectors")
+    parser.add_argument("--out-dir", default=str(RESULTS / "selectors"), help="default benchmarks/results/selectors")
     args = parser.parse_args()
     unknown = [s for s in args.set if s not in SETS]
     if unknown:

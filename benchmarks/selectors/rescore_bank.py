@@ -27,10 +27,10 @@ committed bank (each record's precision read from its key; a rerun resumes):
 
     export LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
     for bank in benchmarks/banks/*/*.jsonl.gz; do
-      .venv/bin/python benchmarks/rescore_bank.py "$bank" --device cuda
+      .venv/bin/python benchmarks/selectors/rescore_bank.py "$bank" --device cuda
     done
 
-or one bank, e.g. `.venv/bin/python benchmarks/rescore_bank.py
+or one bank, e.g. `.venv/bin/python benchmarks/selectors/rescore_bank.py
 benchmarks/banks/smollm2-135m-instruct/lover_gsm8k-test.jsonl.gz --limit 2` (the model is the bank's folder name,
 fetched by ../shared/bin/get-model; --model or --gguf to override).
 """
@@ -43,8 +43,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from bench_common import REPO, load_model, model_file
-
 from lover_lmeval.core.bank import record_key
 from lover_lmeval.core.bank_store import GzipStore, open_store
 from lover_lmeval.core.branch import Branch
@@ -52,8 +50,10 @@ from lover_lmeval.core.decoding import MODES, DecodingConfig
 from lover_lmeval.core.loading import model_identity, sha256_file
 from lover_lmeval.core.token_stats import STAT_NAMES, decode_stats, encode_stats
 
-SIDECARS = REPO / "benchmarks" / "results" / "selectors"
-UNTIL = ["Question:", "</s>", "<|im_end|>", "<|endoftext|>"]  # task_configs' stop strings (every banked task)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import RESULTS, UNTIL, add_model_options, load_model, model_path  # noqa: E402
+
+SIDECARS = RESULTS / "selectors"
 BUDGETS = (128, 256, 512, 1024, 2048)  # max_gen_toks the banks were decoded with (part of their keys)
 DTYPES = ("float32", "bfloat16", "float16")
 #: A record whose banked margins this pass misses by more than this was decoded otherwise (another precision, model
@@ -99,8 +99,7 @@ def keys_from(path: str) -> set[str]:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("bank", help="a bank file, e.g. benchmarks/banks/smollm2-135m-instruct/lover_gsm8k-test.jsonl.gz")
-    p.add_argument("--model", default=None, help="a name get-model knows (default: the bank's folder name)")
-    p.add_argument("--gguf", default=None, help="the model file itself, instead of get-model")
+    add_model_options(p, model=None, dtype=None, model_default="the bank's folder name")  # --dtype below
     p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
                    help="auto (default): each record's precision, read from its key; else this one for all")
     p.add_argument("--limit", type=int, default=None, help="rescore at most this many records this run")
@@ -125,12 +124,12 @@ def main(argv=None) -> int:
     bank = Path(args.bank)
     if not bank.is_file():
         raise SystemExit(f"{bank} is not a file: pass a bank, e.g. benchmarks/banks/<model>/<task>.jsonl.gz")
-    model_name = args.model or bank.parent.name
+    model_name = args.model = args.model or bank.parent.name
     out = Path(args.out) if args.out else sidecar_path(bank, model_name)
     sidecar = GzipStore(out)
     done = {r["key"] for r in sidecar.records()}
     wanted = keys_from(args.keys_from) if args.keys_from else None
-    gguf = Path(args.gguf or model_file(model_name))
+    gguf = Path(model_path(args))
     identity = model_identity(str(gguf), sha256_file(gguf), None)
     todo, seen, unmatched = [], set(done), 0
     for record in open_store(bank).records():

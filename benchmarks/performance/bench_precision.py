@@ -8,7 +8,7 @@ and token identity: per branch, whether bf16's tokens equal fp32's (and the bank
 common prefix within the budget. Greedy decoding is deterministic, so a budget below the bank's compares
 prefixes of the banked branches. Writes benchmarks/results/precision_<model>_<date>.json. Example:
 
-    .venv/bin/python benchmarks/bench_precision.py --model qwen2.5-coder-1.5b-instruct --questions 5 \
+    .venv/bin/python benchmarks/performance/bench_precision.py --model qwen2.5-coder-1.5b-instruct --questions 5 \
         --batch 5 --max-new-tokens 128
 """
 
@@ -24,15 +24,11 @@ import zlib
 from pathlib import Path
 
 import torch
-from bench_common import model_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from lover_lmeval.core import loading  # noqa: E402
-from lover_lmeval.core.decoding import DecodingConfig, decode_branches  # noqa: E402
+from lover_lmeval.core.decoding import DecodingConfig, decode_branches
 
-UNTIL = ["Question:", "</s>", "<|im_end|>", "<|endoftext|>"]  # task_configs/_lover_base.yaml
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import BANKS, RESULTS, UNTIL, add_model_options, load_model, model_path  # noqa: E402
 
 
 def banked_prompts(bank_path: Path, count: int) -> list[tuple[list[int], list]]:
@@ -58,22 +54,21 @@ def same_prefix(a: list[int], b: list[int], budget: int) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    add_model_options(parser, "qwen2.5-coder-1.5b-instruct", dtype=None)  # both precisions run
     parser.add_argument("--questions", type=int, default=5)
     parser.add_argument("--batch", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    gguf = model_file(args.model)
-    folder = loading.convert_gguf(Path(gguf))
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    models = {name: AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
-              for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))}
+    gguf = model_path(args)
+    loaded = {name: load_model(args.model, name, gguf) for name in ("float32", "bfloat16")}  # one conversion
+    models = {name: model for name, (model, _, _) in loaded.items()}
+    tokenizer = loaded["float32"][1]
     eos = {tokenizer.eos_token_id, *([models["float32"].generation_config.eos_token_id] if isinstance(
         models["float32"].generation_config.eos_token_id, int) else models["float32"].generation_config.eos_token_id or [])}
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    bank = REPO / "benchmarks/banks" / args.model / "lover_gsm8k-test.jsonl.gz"
+    bank = BANKS / args.model / "lover_gsm8k-test.jsonl.gz"
     items = banked_prompts(bank, args.questions)
     config = DecodingConfig(n_branches=10)
     seconds = {name: 0.0 for name in models}
@@ -109,7 +104,7 @@ def main() -> int:
     }
     print(json.dumps(report, indent=1))
     day = datetime.date.today().isoformat()
-    path = REPO / "benchmarks/results" / f"precision_{args.model}_{day}.json"
+    path = RESULTS / f"precision_{args.model}_{day}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
     return 0
 

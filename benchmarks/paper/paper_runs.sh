@@ -4,9 +4,9 @@
 # resumable branch bank under $BANKS (banked questions are never decoded again), trains its label-free verifiers
 # with `lover train`, and writes a `lover compare` leaderboard under $RESULTS.
 #
-#   GGUF=$(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1) bash benchmarks/paper_runs.sh
-#   STEPS="gsm8k_train gsm8k_test" GSM8K_TEST=1319 bash benchmarks/paper_runs.sh
-#   TRAIN=0 STEPS=igsm IGSM_OPS="2 4 8" TEST=20 BATCH=8 bash benchmarks/paper_runs.sh   # CPU: score committed checkpoints
+#   GGUF=$(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1) bash benchmarks/paper/paper_runs.sh
+#   STEPS="gsm8k_train gsm8k_test" GSM8K_TEST=1319 bash benchmarks/paper/paper_runs.sh
+#   TRAIN=0 STEPS=igsm IGSM_OPS="2 4 8" TEST=20 BATCH=8 bash benchmarks/paper/paper_runs.sh  # CPU: committed ckpts
 #   TRAIN=0 FIT_CONFIG="orient=confidence" RESULTS=benchmarks/results/paper_NAME/orient_confidence bash ...  # variant fit
 #
 # Steps (in the order given by $STEPS):
@@ -20,7 +20,7 @@
 #   igsm         verifier trained on $TRAIN iGSM max_op 8 training problems; test max_op 2/4/8/16
 #   decoding     the first $DECODING_TEST GSM8K test questions with $DECODING_MODES branches (cot is gsm8k_test)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 GGUF=${GGUF:?set GGUF to the model file, e.g. GGUF=\$(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1)}
 NAME=${NAME:-$(basename "$GGUF" .gguf)}
 BATCH=${BATCH:-32}

@@ -9,7 +9,7 @@ mean score p (gold answers are read for scoring only, never by the fit or its re
 
 A spec is a VerifierConfig string (verifier.config_from_string): "losses=nega+intra+inter_raw;curriculum=0.2".
 
-    .venv/bin/python benchmarks/fit_ablation.py --limit 120 --layers 12,18 \\
+    .venv/bin/python benchmarks/fit/fit_ablation.py --limit 120 --layers 12,18 \\
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz
 """
 
@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import RESULTS, add_model_options, model_path, offline_env, task_contexts  # noqa: E402
+
 SPECS = tuple(f"losses={spec}" for spec in ("nega+intra+inter", "intra+inter", "nega+inter", "nega+intra",
                                             "nega+intra+inter_logic", "nega+intra+5*inter", "nega+intra+0.2*inter",
                                             "nega+intra+inter_raw", "intra+inter_raw")) + (
@@ -34,6 +36,17 @@ SPECS = tuple(f"losses={spec}" for spec in ("nega+intra+inter", "intra+inter", "
 # strategies the oriented row reports; the keys are those of the committed fit_orient_*.json files.
 ORIENT_ROWS = {"confidence": ("confidence_correlation", "oriented_confidence", ("lover_max", "lover_sum", "cot_sum")),
                "vote": ("vote_correlation", "oriented", ("lover_max", "lover_sum"))}
+# The experiments' switches (each `--NAME`, off by default): what each one adds to or changes in the plain ablation.
+EXPERIMENTS = {
+    "center-questions": "subtract each question's mean x+ / x- feature (over its own branches) first",
+    "center-answers": "subtract the mean x+ / x- feature of all branches giving the same answer (across questions; "
+                      "label-free), so that the fit cannot separate answers by their text alone",
+    "orient-by-vote": "also report each fit with its scores flipped (p -> 1 - p, i.e. p+ and p- swapped) when, "
+                      "label-free, they fall as the share of branches agreeing with a branch rises",
+    "orient-by-confidence": "the same flip, decided by CoT-decoding's answer confidence instead of the vote",
+    "vote-distill": "also a probe trained with BCE on the vote's labels (a branch is true when it gives its "
+                    "question's plurality answer), 2-fold cross-fitted; label-free (row spec 'vote_distill')",
+}
 
 
 def center_by_answer(results, extract) -> None:
@@ -53,7 +66,7 @@ def center_by_answer(results, extract) -> None:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    add_model_options(p, dtype=None)
     p.add_argument("--task", default="lover_gsm8k")
     p.add_argument("--split", default="test")
     p.add_argument("--limit", type=int, default=120)
@@ -61,29 +74,15 @@ def main():
     p.add_argument("--layers", default="", help="comma-separated feature layers (default: the middle one)")
     p.add_argument("--specs", default="|".join(SPECS), help="'|'-separated specs (see above); each later spec's "
                    "LoVer(sum) is compared with the first's, paired over the questions")
-    p.add_argument("--center-questions", action="store_true",
-                   help="experiment: subtract each question's mean x+ / x- feature (over its own branches) first")
-    p.add_argument("--center-answers", action="store_true",
-                   help="experiment: subtract the mean x+ / x- feature of all branches giving the same answer "
-                        "(across questions; label-free), so that the fit cannot separate answers by their text alone")
-    p.add_argument("--orient-by-vote", action="store_true",
-                   help="experiment: also report each fit with its scores flipped (p -> 1 - p, i.e. p+ and p- "
-                        "swapped) when, label-free, they fall as the share of branches agreeing with a branch rises")
-    p.add_argument("--orient-by-confidence", action="store_true",
-                   help="experiment: the same flip, decided by CoT-decoding's answer confidence instead of the vote")
-    p.add_argument("--vote-distill", action="store_true",
-                   help="experiment: also a probe trained with BCE on the vote's labels (a branch is true when it gives "
-                        "its question's plurality answer), 2-fold cross-fitted; label-free (row spec 'vote_distill')")
+    for name, what in EXPERIMENTS.items():
+        p.add_argument(f"--{name}", action="store_true", help=f"experiment: {what}")
     p.add_argument("--skip-unbanked", action="store_true",
                    help="use the banked questions among the first --limit (e.g. while a bank is still growing)")
     p.add_argument("--output", default=None)
     args = p.parse_args()
-    os.environ.setdefault("LOVER_DATA_DIR", str(REPO.parent / "shared" / "data"))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    offline_env()
 
     import numpy as np
-    from bench_common import model_file, task_contexts
     from lm_eval.tasks import TaskManager
 
     from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
@@ -95,7 +94,7 @@ def main():
     from lover_lmeval.core.verifier import VerifierConfig, config_from_string
     from lover_lmeval.harness.model import LoverLM
 
-    gguf = model_file(args.model)
+    gguf = model_path(args)
     layers = [int(x) for x in args.layers.split(",") if x.strip()]
     lm = LoverLM(gguf_file=gguf, bank=args.bank, bank_only=True, verifier=None,
                  layer=layers[0] if layers else None, extra_layers=";".join(map(str, layers[1:])))
@@ -183,7 +182,7 @@ def main():
                    "mean_p": float(np.mean(np.concatenate([r.scores("supervised_cv") for r in distilled]))), **scored}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    out = Path(args.output or REPO / "benchmarks" / "results" / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
+    out = Path(args.output or RESULTS / f"fit_ablation_{args.task}_{args.split}{args.limit}.json")
     out.write_text(json.dumps({"args": vars(args), "layer": lm.pipeline.layer, "features_s": features_s, "questions": kept,
                                "config": asdict(VerifierConfig()), "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}")

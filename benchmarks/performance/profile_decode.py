@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Where decode_branches / assertion_features spend their time (evidence for benchmarks/RESULTS.md).
+"""Where decode_branches / assertion_features spend their time (evidence for
+benchmarks/runs/perf1_one_question_per_batch.md).
 
 On one GSM8K question (lover_gsm8k prompt and stop strings) with a short budget, this
   1. cProfiles decode_branches (N branches) and prints the top functions by own time;
@@ -11,7 +12,7 @@ On one GSM8K question (lover_gsm8k prompt and stop strings) with a short budget,
      features;
   4. times the prefill with and without logits for every prompt position (`logits_to_keep=1`).
 
-    .venv/bin/python benchmarks/profile_decode.py --max-new-tokens 64 --threads 1
+    .venv/bin/python benchmarks/performance/profile_decode.py --max-new-tokens 64 --threads 1
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_decode as bd  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import REPO, model_file  # noqa: E402
+from benchmarks.performance import bench_decode as bd  # noqa: E402
 
 
 class _Stop(Exception):
@@ -97,9 +99,9 @@ def main():
     from lover_lmeval.harness.model import LoverLM
 
     print("loadavg", bd.loadavg(), "threads", torch.get_num_threads())
-    lm = LoverLM(gguf_file=str(bd.ensure_gguf(bd.DEFAULT_GGUF)), n_branches=args.n_branches, verifier=None)
+    lm = LoverLM(gguf_file=model_file(bd.MODEL_NAME), n_branches=args.n_branches, verifier=None)
     model, tok = lm.model, lm.tokenizer
-    contexts, gen_kwargs, _, _ = bd.task_requests(bd.LOVER_TASK, bd.REPO / "task_configs", args.question + 1)
+    contexts, gen_kwargs, _, _ = bd.task_requests(bd.LOVER_TASK, REPO / "task_configs", args.question + 1)
     kwargs = normalize_gen_kwargs(dict(gen_kwargs), lm.max_gen_toks)
     until = handle_stop_sequences(kwargs.pop("until", None), eos=lm.tok_decode(lm.eot_token_id, skip_special_tokens=False))
     prompt = lm._prompt_ids(contexts[args.question], lm.max_length - args.max_new_tokens)

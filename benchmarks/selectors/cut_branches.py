@@ -1,10 +1,11 @@
 """Run 19 A: should a branch cut at the token budget, with no final-answer marker, count as "no answer"?
 
 For every committed evaluation set (bank_sets.SETS), each label-free selector is scored under today's rule (the
-extractor's answer, its fallback included) and under rule R (a `length` branch whose answer came from the fallback
-has none); greedy stays branch 0's extracted answer under both (RESULTS.md run 19 A says why). No model runs.
+extractor's answer, its fallback included) and under rule R (a `length` branch whose answer came from the fallback has
+none); greedy stays branch 0's extracted answer under both (benchmarks/runs/run19_cut_branches_selectors.md, A, says
+why). No model runs.
 
-    python benchmarks/cut_branches.py --out benchmarks/results/cut_branches.json
+    python benchmarks/selectors/cut_branches.py --out benchmarks/results/cut_branches.json
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
-from bank_sets import SETS, load_set
 
 from lover_lmeval.core.answers import Answer, get_extractor
 from lover_lmeval.core.files import atomic_path
 from lover_lmeval.core.selection import STRATEGIES, Question
 from lover_lmeval.core.stats import paired_bootstrap
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bank_sets import SETS, load_set  # noqa: E402
 
 SELECTORS = ("greedy", "majority", "cot_max", "cot_sum")
 

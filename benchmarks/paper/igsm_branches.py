@@ -1,10 +1,10 @@
 """What the banked iGSM branches are: right vs wrong by length, finish reason and answer value (no model run).
 
-Gold answers come from our own generator (`lover_tasks.load_igsm`'s test problems), matched to each banked question
-by its text inside the decoded prompt. Used by benchmarks/RESULTS.md run 8 to explain why every selector is near
-chance on iGSM with Qwen2.5-Coder-0.5B.
+Gold answers come from our own generator (`lover_tasks.load_igsm`'s test problems), matched to each banked question by
+its text inside the decoded prompt. Used by run 8 (benchmarks/runs/run08_gpu_igsm_mmlu_pro_bbh_full.md) to explain why
+every selector is near chance on iGSM with Qwen2.5-Coder-0.5B.
 
-    python benchmarks/igsm_branches.py --gguf $(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1) \
+    python benchmarks/paper/igsm_branches.py --gguf $(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1) \
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_igsm-test.jsonl.gz \
       --out benchmarks/results/paper_qwen2.5-coder-0.5b-instruct/gpu_run8/igsm/branches.json
 """
@@ -15,14 +15,18 @@ import argparse
 import collections
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from lover_lmeval.core.answers import extract_number
 from lover_lmeval.apps.diagnostics import answer_right
+from lover_lmeval.core.answers import extract_number
 from lover_lmeval.core.loading import convert_gguf
 from lover_lmeval.data.tasks import load_igsm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import add_model_options, model_path  # noqa: E402
 
 OPS = (2, 4, 8, 16)
 SHORT_TOKENS = 5  # a bare number ("12", "The answer is 7.") and no working
@@ -30,14 +34,14 @@ SHORT_TOKENS = 5  # a bare number ("12", "The answer is 7.") and no working
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", required=True, help="the model file the bank was decoded with (for its tokenizer)")
+    add_model_options(parser, dtype=None)  # the model the bank was decoded with (for its tokenizer)
     parser.add_argument("--bank", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(convert_gguf(Path(args.gguf)))
+    tokenizer = AutoTokenizer.from_pretrained(convert_gguf(Path(model_path(args))))
     gold = {d["question"].strip(): d["target"] for op in OPS for d in load_igsm(max_op=op)["test"]}
     right, tokens, cut, values, golds = [], [], [], collections.Counter(), collections.Counter()
     for line in gzip.open(args.bank, "rt"):

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""The Regime experiment's arms on banked questions (benchmarks/RESULTS.md run 13): method, labels or regime?
+"""The Regime experiment's arms on banked questions (run 13 onwards, benchmarks/RESULTS.md): method, labels or
+regime?
 
 Every arm is a fit on the test questions' own branches (label-free objective) scored on those questions, except the
 supervised ones. Banks only (`bank_only`): nothing is decoded; features come from the feature cache or one pass
@@ -18,7 +19,8 @@ CoT-decoding(sum); with D and B both run, B − D paired (`B_minus_D`). Also, wh
 of the same prompts, greedy and majority of the fp32 branches paired with the bf16 ones (the precision check).
 Example (1.5B, bf16):
 
-    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/python benchmarks/regime_arms.py \
+    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+      .venv/bin/python benchmarks/regime/regime_arms.py \
       --model qwen2.5-coder-1.5b-instruct --dtype bfloat16 --test-docs 0:150 --dev-docs 200:266 --layers 14,28 \
       --out benchmarks/results/regime_qwen2.5-coder-1.5b-instruct/arms.json
 """
@@ -34,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_common import REPO, docs_range, model_file, task_contexts, task_docs
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
@@ -51,6 +52,10 @@ from lover_lmeval.core.selection import select
 from lover_lmeval.core.stats import paired_bootstrap
 from lover_lmeval.core.verifier import VerifierConfig, config_from_string, fit
 from lover_lmeval.harness.model import LoverLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import (  # noqa: E402
+    BANKS, add_model_options, docs_range, model_path, task_contexts, task_docs)
 
 BASELINES = ("greedy", "majority", "cot_max", "cot_sum")
 
@@ -97,11 +102,10 @@ def precision_check(lm, prompts, until, budget, test_results, gold, extract_name
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    add_model_options(parser, "qwen2.5-coder-1.5b-instruct", "bfloat16")
     parser.add_argument("--task", default="lover_gsm8k", help="lm-eval task (its filters name the extractor)")
     parser.add_argument("--bank-name", default=None,
                         help="bank file stem: STEM-test / STEM-SPLIT .jsonl.gz (default: the task's name)")
-    parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--test-docs", default="0:150")
     parser.add_argument("--dev-split", default="train", help="split the dev questions come from (never test in a "
                         "reported run: a dry run may use it)")
@@ -113,7 +117,6 @@ def main() -> int:
     parser.add_argument("--test-bank", default=None, help="the test questions' bank file, if not BANKS/STEM-test"
                         ".jsonl.gz (a BBH set's bank has no split in its name)")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--gguf", default=None, help="the model file (default: ../shared/bin/get-model MODEL)")
     parser.add_argument("--checkpoints", default="", help="NAME=PATH[,NAME=PATH]: trained verifiers to score too")
     parser.add_argument("--checkpoints-only", action="store_true", help="skip the test-time arms (D, B, A', E, cv)")
     parser.add_argument("--arms", default="D,B,A',E,cv", help="which test-time arms to run (comma-separated letters)")
@@ -127,8 +130,8 @@ def main() -> int:
         docs_range(args.dev_docs, "--dev-docs")
     task = TaskManager().load([args.task])["tasks"][args.task]
     extract_name, stem = task_extractor(task), args.bank_name or args.task  # the task's filters name the extractor
-    banks = Path(args.banks) if args.banks else REPO / "benchmarks/banks" / args.model
-    gguf = args.gguf or model_file(args.model)
+    banks = Path(args.banks) if args.banks else BANKS / args.model
+    gguf = model_path(args)
     checkpoints = {}
     for item in filter(None, args.checkpoints.split(",")):
         name, path = item.split("=", 1)
@@ -139,7 +142,7 @@ def main() -> int:
                  verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])), batch_size=5,
                  extract=extract_name)
     gen_kwargs = dict(task.config.generation_kwargs)
-    if args.max_gen_toks is not None:  # e.g. the 512-token records of Regime item 6 (benchmarks/extend_budget.py)
+    if args.max_gen_toks is not None:  # e.g. Regime item 6's 512-token records (regime/extend_budget.py)
         gen_kwargs["max_gen_toks"] = args.max_gen_toks
 
     def load(split: str, span: str, pipeline: Pipeline, option: str):

@@ -4,9 +4,9 @@
 compared after the fact: two strategies of one run, or the same strategy in two runs (another fit, another verifier)
 on the same questions, and on a doc_id range only (e.g. the questions a larger run added to a smaller one):
 
-    python benchmarks/paired_rows.py RUN:lover_sum RUN:majority --docs 100:250
-    python benchmarks/paired_rows.py A:lover_sum B/per_question.jsonl:lover_sum --task lover_gsm8k
-    python benchmarks/paired_rows.py RUN:lover_sum RUN:majority --task all   # every task's questions pooled
+    python benchmarks/paper/paired_rows.py RUN:lover_sum RUN:majority --docs 100:250
+    python benchmarks/paper/paired_rows.py A:lover_sum B/per_question.jsonl:lover_sum --task lover_gsm8k
+    python benchmarks/paper/paired_rows.py RUN:lover_sum RUN:majority --task all   # every task's questions pooled
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from bench_common import docs_range
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap  # noqa: E402
+from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import docs_range  # noqa: E402
 
 
 def outcomes(spec: str, task: str | None) -> tuple[str, dict[tuple[str, int], int]]:

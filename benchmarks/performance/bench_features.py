@@ -8,7 +8,7 @@ template passes after it are today's in both, so the old cost is understated the
 seconds per question for each (after one untimed call of each on the first question, so neither pays the
 start-up costs) and the largest difference between their features (batch shapes differ, so fp32 rounding may too).
 
-    .venv/bin/python benchmarks/bench_features.py --task lover_bbh_navigate \
+    .venv/bin/python benchmarks/performance/bench_features.py --task lover_bbh_navigate \
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_bbh_navigate.jsonl.gz --docs 0:8 --layers 12,24 \
       --out benchmarks/results/bench_features_navigate.json
 """
@@ -22,13 +22,15 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import add_question_options, docs_range, model_file, task_contexts, task_docs
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.features import assertion_features, check_layer, features_from_tokens
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.kv import cache_of, extend_with_tokens, input_device, snapshot
 from lover_lmeval.harness.model import LoverLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import add_question_options, docs_range, model_path, task_contexts, task_docs  # noqa: E402
 
 
 @torch.inference_mode()
@@ -56,7 +58,7 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     docs_range(args.docs)  # refused before the model loads
-    lm = LoverLM(gguf_file=model_file(args.model), dtype=args.dtype, bank=args.bank, bank_only=True, verifier=None,
+    lm = LoverLM(gguf_file=model_path(args), dtype=args.dtype, bank=args.bank, bank_only=True, verifier=None,
                  feature_cache="none")
     task = TaskManager().load([args.task])["tasks"][args.task]
     prompts, until, budget = lm.prompts(task_contexts(task, lm, task_docs(task, args.split, args.docs)),

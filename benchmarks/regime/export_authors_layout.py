@@ -9,7 +9,7 @@ those files from our banks, so their code can run unchanged on our features (`hs
 `answers_model_train_*.json`, `answers_gt_train_*.json` and the same for test), e.g.:
 
     LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/python \
-      benchmarks/export_authors_layout.py --model qwen2.5-coder-0.5b-instruct --dtype float32 \
+      benchmarks/regime/export_authors_layout.py --model qwen2.5-coder-0.5b-instruct --dtype float32 \
       --train-docs 0:266 --test-docs 0:400 --layers 12,24 --out /tmp/lover-authors-input
 
 Train docs 0..265 hold our 200 training + 66 dev questions. Their loader draws its own 200/66 partition of the
@@ -28,11 +28,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from bench_common import REPO, docs_range, model_file, task_contexts
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.answers import get_extractor
 from lover_lmeval.harness.model import LoverLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bench_common import (  # noqa: E402
+    BANKS, add_model_options, docs_range, model_path, task_contexts)
 
 TASK = "lover_gsm8k"
 INVALID = "[invalid]"  # the authors' BaseTask.INVALID_ANS
@@ -50,26 +53,24 @@ def authors_partition(total: int, train_num: int) -> tuple[list[int], list[int]]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--dtype", default="float32")
+    add_model_options(parser)
     parser.add_argument("--train-docs", default="0:266")
     parser.add_argument("--test-docs", default="0:400")
     parser.add_argument("--layers", default="12,24", help="hidden-state indices stacked on the last axis, in order")
     parser.add_argument("--out", required=True, help="a folder outside the repository")
-    parser.add_argument("--gguf", default=None, help="the model file (default: ../shared/bin/get-model MODEL)")
     parser.add_argument("--match-partition", type=int, default=None, metavar="TRAIN_NUM",
                         help="order the training questions so the authors' draw of TRAIN_NUM training questions "
                              "(--train_num_examples) picks our first TRAIN_NUM and their dev draw the rest")
     args = parser.parse_args()
     spans = {"train": docs_range(args.train_docs, "--train-docs"), "test": docs_range(args.test_docs, "--test-docs")}
-    gguf = args.gguf or model_file(args.model)
+    gguf = model_path(args)
     layers = [int(x) for x in args.layers.split(",")]
     task = TaskManager().load([TASK])["tasks"][TASK]
     extract = get_extractor("number")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for split, (start, end) in spans.items():
-        lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(REPO / "benchmarks/banks" / args.model /
+        lm = LoverLM(gguf_file=gguf, dtype=args.dtype, bank=str(BANKS / args.model /
                                                                  f"{TASK}-{split}.jsonl.gz"),
                      bank_only=True, verifier=None, layer=layers[0], extra_layers=";".join(map(str, layers[1:])))
         docs = list(task.dataset[split])[start:end]

@@ -7,14 +7,14 @@
 # cache (~/.cache/lover-lmeval/features; recomputing them costs ~1/3 of the decode time), so small test
 # steps cost only their new questions.
 #
-#   nohup bash benchmarks/grow_gsm8k_banks.sh > /tmp/grow_banks.log 2>&1 &
+#   nohup bash benchmarks/paper/grow_gsm8k_banks.sh > /tmp/grow_banks.log 2>&1 &
 #
 # Steps (override with STEPS="train:50 test:120 ..."): the test subset is the first K questions of
 # ../shared/data/gsm8k/test.jsonl in file order (fixed, no sampling), the train subset the first K of train.
 # BATCH questions are decoded together (BATCH x 10 rows): on a 2-core CPU a 50-row step costs about as
-# much as a 10-row one, so batching is nearly free throughput (benchmarks/RESULTS.md).
+# much as a 10-row one, so batching is nearly free throughput (benchmarks/runs/perf2_batched_questions.md).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 STEPS=${STEPS:-"train:50 test:120 train:100 test:200 train:200 test:300"}
 BATCH=${BATCH:-5}
 LAYERS=${LAYERS:-3,6,9,12,15,18,21}

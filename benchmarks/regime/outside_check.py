@@ -8,7 +8,7 @@ wrote, and one arm of `regime_arms.py`'s report, and puts both runs side by side
 sum / max accuracy, mean per-question AUROC (as `diagnostics.diagnose`), paired bootstrap of ours - theirs (sum)
 and theirs - majority. `agrees`: the ours - theirs interval covers 0 and |ΔAUROC| <= 0.03. Example:
 
-    .venv/bin/python benchmarks/outside_check.py --authors-log /tmp/llm-lover/log/log_file_X/log_X.log \
+    .venv/bin/python benchmarks/regime/outside_check.py --authors-log /tmp/llm-lover/log/log_file_X/log_X.log \
       --export /tmp/lover-authors-input --ours benchmarks/results/regime_qwen2.5-coder-0.5b-instruct/arms.json \
       --ours-row "layer 12 | A': regime=authors + select dev:66 [dev66]" --label "0.5B layer 12" --out /tmp/check.json
 """
@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lover_lmeval.core.answers import normalise_number  # noqa: E402
-from lover_lmeval.core.stats import auroc, paired_bootstrap  # noqa: E402
+from lover_lmeval.core.answers import normalise_number
+from lover_lmeval.core.stats import auroc, paired_bootstrap
 
 ANSWER = re.compile(r"answer: (.*?)\tbest_score: (-?[0-9.]+)\t")
 ALL = re.compile(r"ALL:(\d+), final_model_acc_(sum|max):[-0-9.]+, best_mdoel_acc_\2:([0-9.]+), "
