@@ -55,14 +55,19 @@ def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2
 BANK = REPO / "benchmarks" / "banks" / "smollm2-135m-instruct" / "lover_gsm8k-test.jsonl.gz"
 
 
-def _bank_run(tmp_path: Path, name: str, ranks: int, limit: int = 7) -> tuple[dict, dict]:
+LIMIT = 5  # questions of the rank tests: an uneven split over two ranks
+
+
+def _bank_run(tmp_path: Path, name: str, ranks: int, limit: int = LIMIT, feature_cache: Path | None = None
+              ) -> tuple[dict, dict]:
     """lm_eval over the committed SmolLM2 bank (embedded model, N = 10, chat template, never decoding) on `ranks`
     CPU processes; returns (metrics, {(filter, doc_id): pick}) and checks that every rank decoded its share."""
     out = tmp_path / name
     launcher = [shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun",
                 "--nproc_per_node", str(ranks), "-m"] if ranks > 1 else [sys.executable, "-m"]
     done = _run([*launcher, "lm_eval", "--model", "lover_hf", "--model_args",
-                 f"bank={BANK},bank_only=true,feature_cache=none", "--apply_chat_template", "--tasks", "lover_gsm8k",
+                 f"bank={BANK},bank_only=true,feature_cache={feature_cache or 'none'}", "--apply_chat_template",
+                 "--tasks", "lover_gsm8k",
                  "--limit", str(limit), "--log_samples", "--output_path", str(out)], tmp_path, ACCELERATE_USE_CPU="1")
     log = done.stdout + done.stderr
     shares = [limit // ranks + (rank < limit % ranks) for rank in range(ranks)]
@@ -78,23 +83,28 @@ def _bank_run(tmp_path: Path, name: str, ranks: int, limit: int = 7) -> tuple[di
 
 
 def test_one_and_two_cpu_ranks_give_identical_picks_and_metrics(tmp_path):
-    """7 questions on 2 ranks (an uneven split: lm-eval pads rank 1 with a copy of its last request): one fit over
-    all 7 questions, so every strategy row picks the same answer on every question as one process does; `lover
-    compare` on the same bank scores every question of every row as lm_eval does."""
+    """5 questions on 2 ranks (an uneven split, 3 and 2: lm-eval pads rank 1 with a copy of its last request): one
+    fit over all 5 questions, so every strategy row picks the same answer on every question as one process does;
+    `lover compare` on the same bank scores every question of every row as lm_eval does. Both lm_eval runs compute
+    their features and token statistics (the banked branches have none); `compare` reads those the two ranks wrote
+    to a feature cache instead of computing them a third time."""
     one_metrics, one_picks = _bank_run(tmp_path, "one", 1)
-    two_metrics, two_picks = _bank_run(tmp_path, "two", 2)
-    assert len(one_picks) == 7 * len(STRATEGIES) and one_picks == two_picks
+    cache = tmp_path / "features"
+    cache.mkdir()
+    two_metrics, two_picks = _bank_run(tmp_path, "two", 2, feature_cache=cache)
+    assert len(one_picks) == LIMIT * len(STRATEGIES) and one_picks == two_picks
+    assert len(list(cache.iterdir())) >= LIMIT, "the ranks wrote no feature cache for compare to read"
     values = lambda metrics: {k: v for k, v in metrics.items() if k.startswith("exact_match,")}  # noqa: E731
     assert values(one_metrics) == values(two_metrics)
     for key, value in one_metrics.items():  # lm-eval sums the stderr in another order across ranks: last-bit noise
         if key.startswith("exact_match_stderr,"):
             assert abs(value - two_metrics[key]) < 1e-12, key
     lover = str(Path(sys.executable).parent / "lover")
-    _run([lover, "compare", "--model_args", f"bank={BANK},bank_only=true,feature_cache=none", "--apply_chat_template",
-          "--tasks", "lover_gsm8k", "--limit", "7", "--n_boot", "10", "--cv_folds", "0", "--out",
-          str(tmp_path / "compare")], tmp_path)
+    done = _run([lover, "compare", "--model_args", f"bank={BANK},bank_only=true,feature_cache={cache}",
+                 "--apply_chat_template", "--tasks", "lover_gsm8k", "--limit", str(LIMIT), "--n_boot", "10",
+                 "--cv_folds", "0", "--out", str(tmp_path / "compare")], tmp_path)
     rows = [json.loads(line) for line in open(tmp_path / "compare" / "per_question.jsonl")]
-    assert len(rows) == 7
+    assert len(rows) == LIMIT
     assert all(row[strategy] == one_picks[(strategy, row["doc_id"])][1] for row in rows for strategy in STRATEGIES)
 
 
