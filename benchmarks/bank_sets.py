@@ -1,6 +1,6 @@
 """The committed banks as evaluation sets: each record joined to its task document and gold answer, no model run.
 
-A bank record holds a question's prompt token ids and its N branches (`lover_lmeval/core/bank.py`), keyed by a hash of
+A bank record holds a question's prompt token ids and its N branches (`lover_lmeval/core/store/bank.py`), keyed by a hash of
 model, prompt and decoding settings. A set here is one (bank file, task, split, document range, token budget, dtype):
 its records are found by recomputing their keys (`Pipeline.record_keys`' recipe, so a bank that holds the same
 prompt under two budgets or dtypes gives each set only its own records), and each record is joined to the document
@@ -9,7 +9,7 @@ whose `doc_to_text` its decoded prompt contains. Only the tokenizer is loaded (f
     from benchmarks.bank_sets import SETS, load_set
     questions = load_set(SETS["0.5b/gsm8k"])   # [BankQuestion(doc_index, gold, branches, prompt_ids, key), ...]
 
-Selectors then run on `questions` exactly as `lover_select` runs them in lm-eval (`core.selection.select`).
+Selectors then run on `questions` exactly as `lover_select` runs them in lm-eval (`core.select.selection.select`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from benchmarks.bench_common import BANKS, UNTIL, model_file
-from lover_lmeval.core.bank import BranchBank, record_key
-from lover_lmeval.core.branch import Branch
-from lover_lmeval.core.decoding import DecodingConfig
+from lover_lmeval.core.store.bank import BranchBank, record_key
+from lover_lmeval.core.decode.branch import Branch
+from lover_lmeval.core.decode.decoding import DecodingConfig
 from lover_lmeval.core.loading import sha256_file
 
 

@@ -1,4 +1,4 @@
-"""Tests for lover_lmeval.core.answers: hand-written cases per extractor, then real Qwen2.5-Coder-0.5B outputs."""
+"""Tests for lover_lmeval.core.select.answers: hand-written cases per extractor, then real Qwen2.5-Coder-0.5B outputs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lover_lmeval.core.answers import (
+from lover_lmeval.core.select.answers import (
     EXTRACTORS,
     Answer,
     extract_choice,

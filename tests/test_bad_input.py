@@ -16,8 +16,8 @@ from lover_lmeval.harness.model import LoverLM
 
 def _checkpoint(folder, tiny_model_dir) -> str:
     """A real checkpoint for the tiny llama (one supervised fit on 2 random questions), written once."""
-    from lover_lmeval.core.checkpoints import save_checkpoint
-    from lover_lmeval.core.verifier import Verifier
+    from lover_lmeval.core.verify.checkpoints import save_checkpoint
+    from lover_lmeval.core.verify.verifier import Verifier
 
     path = folder / "ok.safetensors"
     if not path.exists():

@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
-from lover_lmeval.core.bank import BankConfig, BranchBank
-from lover_lmeval.core.bank_store import convert
-from lover_lmeval.core.branch import Branch
+from lover_lmeval.core.store.bank import BankConfig, BranchBank
+from lover_lmeval.core.store.bank_store import convert
+from lover_lmeval.core.decode.branch import Branch
 
 
 def _branches(k: int) -> list[Branch]:
@@ -59,8 +59,8 @@ def test_a_corrupt_record_in_the_middle_costs_only_itself(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from lover_lmeval.core.bank import BranchBank
-    from lover_lmeval.core.branch import Branch
+    from lover_lmeval.core.store.bank import BranchBank
+    from lover_lmeval.core.decode.branch import Branch
     bank = BranchBank(sys.argv[1])
     sys.stdin.readline()  # both writers start together
     for k in range(100):
@@ -180,7 +180,7 @@ def test_token_stats_survive_the_bank_within_float16_precision(tmp_path, name):
     import json
     from pathlib import Path
 
-    from lover_lmeval.core.token_stats import STAT_NAMES
+    from lover_lmeval.core.decode.token_stats import STAT_NAMES
 
     stats = {"logprob": [-0.0123456, -3.25], "topk_logprob": [-1.5, -2.75], "entropy": [0.4321, 9.87654],
              "kl_uniform": [12.3456, 0.001]}

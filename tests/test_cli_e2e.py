@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-from lover_lmeval.core.selection import STRATEGIES as REGISTERED  # noqa: E402
+from lover_lmeval.core.select.selection import STRATEGIES as REGISTERED  # noqa: E402
 
 STRATEGIES = set(REGISTERED)  # every task YAML has one metric row per registered strategy
 

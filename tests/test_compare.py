@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from lover_lmeval.harness.model import LoverLM
-from lover_lmeval.core.checkpoints import save_checkpoint
-from lover_lmeval.core.verifier import VerifierConfig, fit
+from lover_lmeval.core.verify.checkpoints import save_checkpoint
+from lover_lmeval.core.verify.verifier import VerifierConfig, fit
 from lover_lmeval.apps.compare import ROWS, compare
 from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap
 
@@ -106,7 +106,7 @@ def test_compare_rows_name_every_registered_strategy_in_the_yaml_order():
     import yaml
 
     from lover_lmeval.apps.compare import ROWS
-    from lover_lmeval.core.selection import STRATEGIES
+    from lover_lmeval.core.select.selection import STRATEGIES
 
     assert set(STRATEGIES) <= set(ROWS)
     base = Path(__file__).resolve().parents[1] / "lover_lmeval" / "task_configs" / "_lover_number.yaml"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lover_lmeval.core.decoding import DecodingConfig, decode_branches, iter_branches
-from lover_lmeval.core.token_stats import STAT_NAMES
+from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches, iter_branches
+from lover_lmeval.core.decode.token_stats import STAT_NAMES
 
 PROMPTS = ["Question: Tom has 3 apples and buys 4 more. How many apples?\nAnswer:", "Hi"]
 
@@ -221,8 +221,8 @@ def test_continuous_batching_reproduces_a_committed_bank_of_the_real_model(smoll
 
     from transformers import AutoModelForCausalLM
 
-    from lover_lmeval.core.bank import record_key
-    from lover_lmeval.core.bank_store import open_store
+    from lover_lmeval.core.store.bank import record_key
+    from lover_lmeval.core.store.bank_store import open_store
     from lover_lmeval.core.loading import default_gguf, model_identity, sha256_file
     from lover_lmeval.core.pipeline import Pipeline
 
@@ -250,9 +250,9 @@ def test_each_question_samples_from_its_own_seed(tiny_model, tokenizer):
     import hashlib
     from dataclasses import asdict
 
-    from lover_lmeval.core.bank import record_key
+    from lover_lmeval.core.store.bank import record_key
     from lover_lmeval.core.config import LoverConfig
-    from lover_lmeval.core.decoding import question_seed
+    from lover_lmeval.core.decode.decoding import question_seed
     from lover_lmeval.core.pipeline import Pipeline
 
     assert question_seed(1234, [1, 2, 3]) == question_seed(1234, [1, 2, 3]) != question_seed(1234, [1, 2, 4])

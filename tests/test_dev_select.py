@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lover_lmeval.apps import train as train_module
-from lover_lmeval.core.dev_select import DevSelection, dev_accuracy, fit_with_dev, parse_select
-from lover_lmeval.core.verifier import VerifierConfig
+from lover_lmeval.core.verify.dev_select import DevSelection, dev_accuracy, fit_with_dev, parse_select
+from lover_lmeval.core.verify.verifier import VerifierConfig
 from lover_lmeval.data.tasks import load_gsm8k
 from test_training import _train
 from test_verifier import make_world, picked_group, planted
@@ -115,7 +115,7 @@ def test_label_free_and_supervised_checkpoints_disclose_their_labels(tmp_path, m
 
 def test_rows_scored_by_a_labelled_checkpoint_say_how_many_labels():
     from lover_lmeval.apps.compare import verifier_rows
-    from lover_lmeval.core.checkpoints import gold_labels_used, label_tag
+    from lover_lmeval.core.verify.checkpoints import gold_labels_used, label_tag
 
     assert label_tag({"gold_labels_used": 0}) == "" and label_tag({"supervised": False, "n_questions": 200}) == ""
     assert label_tag({"gold_labels_used": 66, "select": "dev:66"}) == "[dev66]"

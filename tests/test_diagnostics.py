@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from test_verifier import make_world, planted
 
-from lover_lmeval.core.answers import get_extractor
-from lover_lmeval.core.branch import Branch
+from lover_lmeval.core.select.answers import get_extractor
+from lover_lmeval.core.decode.branch import Branch
 from lover_lmeval.apps.diagnostics import branch_records, cross_fit_supervised, diagnose
 from lover_lmeval.core.stats import auroc, expected_calibration_error
 from lover_lmeval.core.results import LoverResult

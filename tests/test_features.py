@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 import torch
 
-from lover_lmeval.core.decoding import DecodingConfig, decode_branches
-from lover_lmeval.core.features import (FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer,
+from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
+from lover_lmeval.core.decode.features import (FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer,
                                         features_from_tokens, length_buckets, stats_from_tokens)
-from lover_lmeval.core.token_stats import STAT_NAMES
+from lover_lmeval.core.decode.token_stats import STAT_NAMES
 
 
 def _reencode(model, ids: list[int], layer: int) -> torch.Tensor:
@@ -207,10 +207,10 @@ def test_banked_branches_without_stats_get_them_once(peaked_model, tokenizer, tm
     (values ~1e-5 apart can round to neighbouring float16s: relative 2^-10), and keeps them in the feature cache, so
     the next featurise of that record runs no forward pass at all and gives the same values. stats=False leaves a
     banked branch's statistics None."""
-    from lover_lmeval.core.bank import BankConfig, BranchBank
+    from lover_lmeval.core.store.bank import BankConfig, BranchBank
     from lover_lmeval.core.config import LoverConfig
     from lover_lmeval.core.pipeline import Pipeline
-    from lover_lmeval.core.token_stats import decode_stats, encode_stats
+    from lover_lmeval.core.decode.token_stats import decode_stats, encode_stats
 
     def pipeline(bank: str, cache: str) -> Pipeline:
         config = LoverConfig(decoding=DecodingConfig(n_branches=3),

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from lover_lmeval.core.answers import get_extractor
+from lover_lmeval.core.select.answers import get_extractor
 from lover_lmeval.data import fewshot
 from lover_lmeval.data.tasks import load_mmlu_pro
 from tests.test_cli_e2e import _run

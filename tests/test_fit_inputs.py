@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lover_lmeval.core.branch import Branch
-from lover_lmeval.core.fit_inputs import dense_chunk, normalization_stats, normalized_inputs, verifier_on
+from lover_lmeval.core.decode.branch import Branch
+from lover_lmeval.core.verify.fit_inputs import dense_chunk, normalization_stats, normalized_inputs, verifier_on
 from lover_lmeval.core.results import LoverResult
-from lover_lmeval.core.scoring import batch_results
-from lover_lmeval.core.verifier import VerifierConfig, fit
+from lover_lmeval.core.verify.scoring import batch_results
+from lover_lmeval.core.verify.verifier import VerifierConfig, fit
 from test_verifier import make_world, planted
 
 STREAM = VerifierConfig(max_dense_gib=0)  # every access streamed, one question at a time

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from lover_lmeval.core.kv import RowBatch
+from lover_lmeval.core.decode.kv import RowBatch
 
 
 def _batch(own: list[list[float]], width: int) -> RowBatch:

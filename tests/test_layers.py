@@ -11,12 +11,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_import_contracts_hold():
-    """apps > harness > data > core; the core and data layers import no lm-eval; no cycles between siblings."""
+    """apps > harness > data > core; inside core, pipeline > config, results > store, verify > select, decode >
+    helpers; the core and data layers import no lm-eval; no cycles between siblings."""
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run([str(lint), "--config", str(REPO / "pyproject.toml")], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "layers: apps > harness > data > core KEPT" in done.stdout
+    assert "core stages import downward only" in done.stdout  # the stage folders of core/ are a contract too
     assert "0 broken" in done.stdout
 
 

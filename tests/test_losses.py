@@ -1,12 +1,12 @@
-"""Tests for lover_lmeval.core.losses: hand-worked values, loop references, degenerate solutions."""
+"""Tests for lover_lmeval.core.verify.losses: hand-worked values, loop references, degenerate solutions."""
 
 import math
 
 import pytest
 import torch
 
-from lover_lmeval.core import losses as L
-from lover_lmeval.core import losses_variants as V
+from lover_lmeval.core.verify import losses as L
+from lover_lmeval.core.verify import losses_variants as V
 
 
 def t(x):

@@ -8,14 +8,14 @@ import random
 import pytest
 import torch
 
-from lover_lmeval.core.losses import loss_terms, sample_pairs, sample_representatives
-from lover_lmeval.core.losses_authors import (
+from lover_lmeval.core.verify.losses import loss_terms, sample_pairs, sample_representatives
+from lover_lmeval.core.verify.losses_authors import (
     bucket_mean,
     intra_group_loss_representative,
     inter_raw_loss_bucketed,
     negation_loss_representative,
 )
-from lover_lmeval.core.verifier import REGIMES, Verifier, VerifierConfig, config_from_string, fit
+from lover_lmeval.core.verify.verifier import REGIMES, Verifier, VerifierConfig, config_from_string, fit
 
 # Two questions, three branches each. Question 0: branches 0 and 1 answer "a", branch 2 answers "b" (2 groups);
 # question 1: three different answers (3 groups).
@@ -154,7 +154,7 @@ def test_xavier_init_has_zero_biases_and_one_hidden_layer():
 def test_authors_regime_fits_and_keeps_one_draw_between_resamples(monkeypatch):
     """A short authors-regime fit runs end to end; with resample_every=4 over 10 epochs the representatives are drawn
     at the start and before epochs 3 and 7 ((epoch + 1) % 4 == 0), as the authors' loop does."""
-    import lover_lmeval.core.verifier as verifier_module
+    import lover_lmeval.core.verify.verifier as verifier_module
 
     calls = []
     real_draw = verifier_module._draw

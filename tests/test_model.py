@@ -11,9 +11,9 @@ import torch
 import pytest
 from lm_eval.api.instance import Instance
 
-from lover_lmeval.core.bank import NotInBank
+from lover_lmeval.core.store.bank import NotInBank
 from tests.conftest import REPO
-from lover_lmeval.core.features import features_from_tokens
+from lover_lmeval.core.decode.features import features_from_tokens
 from lover_lmeval.harness.model import LoverLM
 from lover_lmeval.core.results import LoverResult
 
@@ -182,7 +182,7 @@ def test_interpreter_start_up_stays_light():
 
 def test_fitting_and_checkpoints_need_no_lm_eval():
     # training uses CoT-decoding's span confidence (orient=confidence); it lives in answers.py, not in the lm-eval filter
-    out = _python("import sys\nimport lover_lmeval.core.scoring, lover_lmeval.core.checkpoints\n"
+    out = _python("import sys\nimport lover_lmeval.core.verify.scoring, lover_lmeval.core.verify.checkpoints\n"
                   "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lm_eval'))")
     assert out.strip() == "[]"
 
@@ -235,8 +235,8 @@ def test_test_time_fit_runs_once_per_task(tiny_model_dir, monkeypatch):
 
 def test_a_loaded_checkpoint_scores_every_branch(tiny_model_dir, tmp_path):
     """verifier=CKPT and supervised_verifier=CKPT (the README's documented use) score each result when decoded."""
-    from lover_lmeval.core.checkpoints import save_checkpoint
-    from lover_lmeval.core.verifier import Verifier
+    from lover_lmeval.core.verify.checkpoints import save_checkpoint
+    from lover_lmeval.core.verify.verifier import Verifier
 
     probe = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier=None)
     path = tmp_path / "probe.safetensors"

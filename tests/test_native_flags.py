@@ -100,7 +100,7 @@ def test_an_empty_prompt_is_refused_before_decoding_naming_its_document():
     first, with the task and doc id. The other request's kwargs are checked in the same pass."""
     from lm_eval.api.instance import Instance
 
-    from lover_lmeval.core.decoding import DecodingConfig
+    from lover_lmeval.core.decode.decoding import DecodingConfig
     from lover_lmeval.harness.generation import check_requests
     from lover_lmeval.harness.model_args import LoverUsageError
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from lover_lmeval.core.checkpoints import load_checkpoint, save_checkpoint
-from lover_lmeval.core.scoring import branch_confidences, orient_by, vote_shares
+from lover_lmeval.core.verify.checkpoints import load_checkpoint, save_checkpoint
+from lover_lmeval.core.verify.scoring import branch_confidences, orient_by, vote_shares
 from lover_lmeval.core.stats import spearman
-from lover_lmeval.core.verifier import Verifier, VerifierConfig
+from lover_lmeval.core.verify.verifier import Verifier, VerifierConfig
 
 # Q = 2 questions, N = 4 branches; branch 3 of question 1 has no answer.
 ANSWERS = [["4", "4", "4", "5"], ["1", "2", "2", None]]
@@ -86,9 +86,9 @@ def test_orientation_survives_a_checkpoint_and_older_checkpoints_load_unflipped(
 def test_test_time_fit_with_orient_vote_flips_a_fit_that_ranks_against_the_vote():
     """On these random features (seed 2) the plain label-free fit happens to rank against the vote (Spearman -0.33);
     the same fit with orient=vote stores the mirrored scores, 1 - p, which rise with the vote share."""
-    from lover_lmeval.core.branch import Branch
+    from lover_lmeval.core.decode.branch import Branch
     from lover_lmeval.core.results import LoverResult
-    from lover_lmeval.core.scoring import fit_on_results
+    from lover_lmeval.core.verify.scoring import fit_on_results
 
     g = torch.Generator().manual_seed(2)
     results = []

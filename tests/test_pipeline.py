@@ -23,9 +23,9 @@ sys.modules["lm_eval"] = None  # any import of lm_eval now raises ImportError
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from lover_lmeval.core.config import LoverConfig
-from lover_lmeval.core.decoding import DecodingConfig
+from lover_lmeval.core.decode.decoding import DecodingConfig
 from lover_lmeval.core.pipeline import Pipeline
-from lover_lmeval.core.verifier import VerifierConfig
+from lover_lmeval.core.verify.verifier import VerifierConfig
 
 folder, prompts, until, budget = json.loads(sys.argv[1])
 model = AutoModelForCausalLM.from_pretrained(folder).eval()

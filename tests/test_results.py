@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from lm_eval.filters.extraction import RegexFilter
 
-from lover_lmeval.core.branch import Branch
+from lover_lmeval.core.decode.branch import Branch
 from lover_lmeval.core.results import LoverResult
 
 

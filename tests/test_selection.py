@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lover_lmeval.core.answers import Answer, extract_number, span_confidence
-from lover_lmeval.core.branch import Branch
+from lover_lmeval.core.select.answers import Answer, extract_number, span_confidence
+from lover_lmeval.core.decode.branch import Branch
 from lover_lmeval.core.results import LoverResult
 from lover_lmeval.harness.filter import LoverSelect
 
@@ -125,8 +125,8 @@ def test_a_cut_branch_states_no_fallback_answer_but_keeps_a_marked_one():
     marker: its 2 is where the budget stopped it), "...for $2 per duck" (cut), "The answer is 7. Then 2" (cut after a
     marked answer). Stated answers: 5, none, none, 7 -> majority ties 5 and 7 (one vote each) and the tie goes to the
     lowest branch, 5; today's reading would have voted 2, 2 and won with 2. Greedy reads branch 0 as lm-eval does."""
-    from lover_lmeval.core.answers import get_extractor, stated_answer
-    from lover_lmeval.core.selection import select
+    from lover_lmeval.core.select.answers import get_extractor, stated_answer
+    from lover_lmeval.core.select.selection import select
 
     extract = get_extractor("number")
     branches = [_branch("The answer is 5.", 0.5), _cut("sells at the market daily for $2 per fresh duck", 0.5),

@@ -1,4 +1,4 @@
-"""The token-statistics selectors (core/selectors.py) on hand-made branches: each docstring's three-branch example
+"""The token-statistics selectors (core/select/selectors.py) on hand-made branches: each docstring's three-branch example
 through `lover_select`, ties, empty paths, missing statistics, the window minimum against a slow loop, and that no
 selector reads the gold answer."""
 
@@ -10,12 +10,12 @@ from math import ceil
 import numpy as np
 import pytest
 
-import lover_lmeval.core.selectors  # noqa: F401  registers the selectors (lover_lmeval.core does not import it yet)
-from lover_lmeval.core.answers import extract_number
-from lover_lmeval.core.branch import Branch
+import lover_lmeval.core.select.selectors  # noqa: F401  registers the selectors (lover_lmeval.core does not import it yet)
+from lover_lmeval.core.select.answers import extract_number
+from lover_lmeval.core.decode.branch import Branch
 from lover_lmeval.core.results import LoverResult
-from lover_lmeval.core.selection import ORACLES, STRATEGIES, Question
-from lover_lmeval.core.selectors import kept_count, lowest_window_mean
+from lover_lmeval.core.select.selection import ORACLES, STRATEGIES, Question
+from lover_lmeval.core.select.selectors import kept_count, lowest_window_mean
 from lover_lmeval.harness.filter import LoverSelect
 
 STAT_NAMES = ("logprob", "topk_logprob", "entropy", "kl_uniform")  # token_stats.STAT_NAMES

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from lover_lmeval.data import tasks as lover_tasks
-from lover_lmeval.core.answers import get_extractor
+from lover_lmeval.core.select.answers import get_extractor
 
 REPO = Path(__file__).resolve().parents[1]
 TASK_DIR = REPO / "task_configs"

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from lover_lmeval.core.token_stats import STAT_NAMES, TOP_K, decode_stats, encode_stats, stats_dict, step_stats
+from lover_lmeval.core.decode.token_stats import STAT_NAMES, TOP_K, decode_stats, encode_stats, stats_dict, step_stats
 
 
 def test_a_hand_worked_distribution():

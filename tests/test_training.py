@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lover_lmeval.core import decoding
-from lover_lmeval.core.checkpoints import load_checkpoint
+from lover_lmeval.core.decode import decoding
+from lover_lmeval.core.verify.checkpoints import load_checkpoint
 from lover_lmeval.apps.train import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_retraining_from_the_bank_decodes_nothing_and_checkpoints_refuse_other_l
 
 
 def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
-    from lover_lmeval.core.scoring import one_sided
+    from lover_lmeval.core.verify.scoring import one_sided
 
     """Per question, on what selection sees: the held-out fit of the issue (highest score 0.258, median 0.067) calls
     every answer false; 19 of 20 questions without a branch above 0.5 = 95% -> flagged, 18 of 20 = 90% -> not."""
@@ -98,7 +98,7 @@ def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
 def test_constant_answer_flags_fits_that_give_every_question_the_same_answer():
     """navigate, run 10: "no" in 250 of 250 -> "no"; 19 of 20 = 95% -> flagged; 18 of 20 = 90% -> not; under 20
     answered questions (e.g. `--limit 10`) one answer everywhere is too likely by chance to warn about."""
-    from lover_lmeval.core.scoring import constant_answer
+    from lover_lmeval.core.verify.scoring import constant_answer
 
     assert constant_answer(["no"] * 250) == "no"
     assert constant_answer(["False"] * 19 + ["True"]) == "False"
@@ -111,19 +111,19 @@ def test_constant_answer_flags_fits_that_give_every_question_the_same_answer():
 
 def test_warn_if_constant_answer_names_the_answer_its_share_and_the_task(caplog):
     """20 questions, each with branches answering 3 (scored .9) and 4 (.1, .2): LoVer(sum) picks 3 everywhere."""
-    from lover_lmeval.core.branch import Branch
+    from lover_lmeval.core.decode.branch import Branch
     from lover_lmeval.core.results import LoverResult
-    from lover_lmeval.core.scoring import warn_if_constant_answer
+    from lover_lmeval.core.verify.scoring import warn_if_constant_answer
 
     def result(p_pos):
         branches = [Branch(f"So the answer is {a}.", [1], [0.5], [(0, 1)], "stop") for a in ("3", "4", "4")]
         return LoverResult(branches, None, {"lover": np.stack([p_pos, 1 - np.array(p_pos)], axis=-1)})
 
-    with caplog.at_level("WARNING", logger="lover_lmeval.core.scoring"):
+    with caplog.at_level("WARNING", logger="lover_lmeval.core.verify.scoring"):
         warn_if_constant_answer([result([0.9, 0.1, 0.2])] * 19 + [result([0.1, 0.9, 0.9])], "lover_gsm8k", "number")
     assert "picks the answer '3' in 95% of them" in caplog.text and "lover_gsm8k" in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING", logger="lover_lmeval.core.scoring"):
+    with caplog.at_level("WARNING", logger="lover_lmeval.core.verify.scoring"):
         warn_if_constant_answer([result([0.9, 0.1, 0.2])] * 18 + [result([0.1, 0.9, 0.9])] * 2, "lover_gsm8k", "number")
     assert caplog.text == ""
 

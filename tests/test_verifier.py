@@ -1,4 +1,4 @@
-"""Tests for lover_lmeval.core.verifier (config, fit on a planted direction, determinism) and its checkpoints."""
+"""Tests for lover_lmeval.core.verify.verifier (config, fit on a planted direction, determinism) and its checkpoints."""
 
 import json
 import math
@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import lover_lmeval.core.verifier as V
-from lover_lmeval.core.checkpoints import load_checkpoint, save_checkpoint
-from lover_lmeval.core.verifier import FitResult, Verifier, VerifierConfig, config_from_string, fit
+import lover_lmeval.core.verify.verifier as V
+from lover_lmeval.core.verify.checkpoints import load_checkpoint, save_checkpoint
+from lover_lmeval.core.verify.verifier import FitResult, Verifier, VerifierConfig, config_from_string, fit
 
 DIM = 48
 

@@ -87,11 +87,11 @@ def main():
 
     from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
     from lover_lmeval.apps.train import task_extractor
-    from lover_lmeval.core.answers import get_extractor
-    from lover_lmeval.core.scoring import batch_results, fit_on_results, orient_fit, store_scores, top_pick
-    from lover_lmeval.core.selection import select
+    from lover_lmeval.core.select.answers import get_extractor
+    from lover_lmeval.core.verify.scoring import batch_results, fit_on_results, orient_fit, store_scores, top_pick
+    from lover_lmeval.core.select.selection import select
     from lover_lmeval.core.stats import paired_bootstrap
-    from lover_lmeval.core.verifier import VerifierConfig, config_from_string
+    from lover_lmeval.core.verify.verifier import VerifierConfig, config_from_string
     from lover_lmeval.harness.model import LoverLM
 
     gguf = model_path(args)

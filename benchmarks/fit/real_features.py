@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lover_lmeval.core.answers import normalise_number
-from lover_lmeval.core.branch import Branch
-from lover_lmeval.core.features import FALSE_TEMPLATE, TRUE_TEMPLATE, features_from_tokens
+from lover_lmeval.core.select.answers import normalise_number
+from lover_lmeval.core.decode.branch import Branch
+from lover_lmeval.core.decode.features import FALSE_TEMPLATE, TRUE_TEMPLATE, features_from_tokens
 from lover_lmeval.core.results import LoverResult
-from lover_lmeval.core.scoring import batch_results, fit_on_results
-from lover_lmeval.core.verifier import VerifierConfig
+from lover_lmeval.core.verify.scoring import batch_results, fit_on_results
+from lover_lmeval.core.verify.verifier import VerifierConfig
 from lover_lmeval.harness.filter import LoverSelect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from lover_lmeval.apps.diagnostics import answer_right
-from lover_lmeval.core.answers import extract_number
+from lover_lmeval.core.select.answers import extract_number
 from lover_lmeval.core.loading import convert_gguf
 from lover_lmeval.data.tasks import load_igsm
 

@@ -238,8 +238,8 @@ def profile_one(model, tokenizer, prompt, cfg, max_new, until, eos_ids, pad_id, 
     import io
     import pstats
 
-    from lover_lmeval.core.decoding import decode_branches
-    from lover_lmeval.core.features import assertion_features
+    from lover_lmeval.core.decode.decoding import decode_branches
+    from lover_lmeval.core.decode.features import assertion_features
 
     prof = cProfile.Profile()
     prof.enable()
@@ -300,8 +300,8 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-    from lover_lmeval.core.decoding import DecodingConfig, decode_branches
-    from lover_lmeval.core.features import assertion_features
+    from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
+    from lover_lmeval.core.decode.features import assertion_features
     from lover_lmeval.harness.model import LoverLM
 
     started = datetime.datetime.now()

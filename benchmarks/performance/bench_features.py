@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 from lm_eval.tasks import TaskManager
 
-from lover_lmeval.core.features import assertion_features, check_layer, features_from_tokens
+from lover_lmeval.core.decode.features import assertion_features, check_layer, features_from_tokens
 from lover_lmeval.core.files import write_text
-from lover_lmeval.core.kv import cache_of, extend_with_tokens, input_device, snapshot
+from lover_lmeval.core.decode.kv import cache_of, extend_with_tokens, input_device, snapshot
 from lover_lmeval.harness.model import LoverLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file

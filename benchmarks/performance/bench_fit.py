@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from lover_lmeval.core.verifier import VerifierConfig, fit
+from lover_lmeval.core.verify.verifier import VerifierConfig, fit
 
 
 def main() -> None:

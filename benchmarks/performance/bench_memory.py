@@ -78,10 +78,10 @@ def measure(scratch: Path, n_questions: int, dtype: str, max_dense_gib: float, e
     import numpy as np
     import torch
 
-    from lover_lmeval.core.branch import Branch
+    from lover_lmeval.core.decode.branch import Branch
     from lover_lmeval.core.results import LoverResult
-    from lover_lmeval.core.scoring import fit_on_results
-    from lover_lmeval.core.verifier import VerifierConfig
+    from lover_lmeval.core.verify.scoring import fit_on_results
+    from lover_lmeval.core.verify.verifier import VerifierConfig
 
     reset_peak()
     before = current_mib()

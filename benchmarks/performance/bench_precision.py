@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from lover_lmeval.core.decoding import DecodingConfig, decode_branches
+from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
 from benchmarks.bench_common import BANKS, RESULTS, UNTIL, add_model_options, load_model, model_path  # noqa: E402

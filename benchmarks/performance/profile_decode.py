@@ -38,8 +38,8 @@ def features_early_exit(model, branches, caches, template_ids, layer, rows_per_p
     """assertion_features, but the forward stops after the block producing hidden_states[layer]."""
     import torch
 
-    from lover_lmeval.core.kv import extend_with_tokens
-    from lover_lmeval.core.features import _trim
+    from lover_lmeval.core.decode.kv import extend_with_tokens
+    from lover_lmeval.core.decode.features import _trim
 
     jobs = []
     for branch, cache in zip(branches, caches):
@@ -94,8 +94,8 @@ def main():
         torch.set_num_threads(args.threads)
     from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-    from lover_lmeval.core.decoding import DecodingConfig, decode_branches
-    from lover_lmeval.core.features import assertion_features
+    from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
+    from lover_lmeval.core.decode.features import assertion_features
     from lover_lmeval.harness.model import LoverLM
 
     print("loadavg", bd.loadavg(), "threads", torch.get_num_threads())

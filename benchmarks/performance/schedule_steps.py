@@ -21,7 +21,7 @@ import argparse
 import json
 from pathlib import Path
 
-from lover_lmeval.core.bank_store import open_store
+from lover_lmeval.core.store.bank_store import open_store
 
 
 def batch_by_batch(lengths: list[list[int]], batch: int) -> int:

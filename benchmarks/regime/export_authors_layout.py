@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from lm_eval.tasks import TaskManager
 
-from lover_lmeval.core.answers import get_extractor
+from lover_lmeval.core.select.answers import get_extractor
 from lover_lmeval.harness.model import LoverLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from lm_eval.tasks import TaskManager
 
-from lover_lmeval.core.bank import BankConfig
-from lover_lmeval.core.branch import Branch, make_branch
-from lover_lmeval.core.decoding import DecodingConfig, iter_branches
+from lover_lmeval.core.store.bank import BankConfig
+from lover_lmeval.core.decode.branch import Branch, make_branch
+from lover_lmeval.core.decode.decoding import DecodingConfig, iter_branches
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.pipeline import Pipeline
 

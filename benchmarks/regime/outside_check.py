@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lover_lmeval.core.answers import normalise_number
+from lover_lmeval.core.select.answers import normalise_number
 from lover_lmeval.core.stats import auroc, paired_bootstrap
 
 ANSWER = re.compile(r"answer: (.*?)\tbest_score: (-?[0-9.]+)\t")

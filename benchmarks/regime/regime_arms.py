@@ -7,7 +7,7 @@ supervised ones. Banks only (`bank_only`): nothing is decoded; features come fro
 over each banked branch. `--test-bank FILE` names the test bank when it is not `STEM-test.jsonl.gz` (BBH).
 
 - D   our default test-time fit;              B   `regime=authors`, no labels;
-- A'  `regime=authors`, the K dev questions' labels choosing the probe (core/dev_select.py), named `[devK]`;
+- A'  `regime=authors`, the K dev questions' labels choosing the probe (core/verify/dev_select.py), named `[devK]`;
 - E   `supervised[devK]`: the authors' probe trained with BCE on the K dev labels alone;
 - cv  the 2-fold supervised cross-fit on the test questions (a ceiling, not a selector);
 - `--checkpoints NAME=PATH,...`: verifiers trained elsewhere (the train-split arms: `lover train --limit 200`,
@@ -40,17 +40,17 @@ from lm_eval.tasks import TaskManager
 
 from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
 from lover_lmeval.apps.train import task_extractor
-from lover_lmeval.core.answers import get_extractor
-from lover_lmeval.core.bank import BankConfig
-from lover_lmeval.core.checkpoints import gold_labels_used, label_tag, load_checkpoint
-from lover_lmeval.core.dev_select import NoProbeSelected, fit_with_dev
+from lover_lmeval.core.select.answers import get_extractor
+from lover_lmeval.core.store.bank import BankConfig
+from lover_lmeval.core.verify.checkpoints import gold_labels_used, label_tag, load_checkpoint
+from lover_lmeval.core.verify.dev_select import NoProbeSelected, fit_with_dev
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.pipeline import Pipeline
 from lover_lmeval.core.results import LoverResult
-from lover_lmeval.core.scoring import batch_results, fit_on_results, gold_labels, store_scores, top_pick
-from lover_lmeval.core.selection import select
+from lover_lmeval.core.verify.scoring import batch_results, fit_on_results, gold_labels, store_scores, top_pick
+from lover_lmeval.core.select.selection import select
 from lover_lmeval.core.stats import paired_bootstrap
-from lover_lmeval.core.verifier import VerifierConfig, config_from_string, fit
+from lover_lmeval.core.verify.verifier import VerifierConfig, config_from_string, fit
 from lover_lmeval.harness.model import LoverLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file

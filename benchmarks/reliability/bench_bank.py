@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from lover_lmeval.core.bank import BranchBank
-from lover_lmeval.core.bank_store import open_store
+from lover_lmeval.core.store.bank import BranchBank
+from lover_lmeval.core.store.bank_store import open_store
 
 
 def main() -> int:

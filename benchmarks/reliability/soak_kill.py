@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lover_lmeval.core.bank_store import open_store
+from lover_lmeval.core.store.bank_store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `tests.*` when run as a file
 from tests.test_kill import LIMIT, kill_after, metrics, run  # noqa: E402

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lover_lmeval.core.answers import Answer, get_extractor
+from lover_lmeval.core.select.answers import Answer, get_extractor
 from lover_lmeval.core.files import atomic_path
-from lover_lmeval.core.selection import STRATEGIES, Question
+from lover_lmeval.core.select.selection import STRATEGIES, Question
 from lover_lmeval.core.stats import paired_bootstrap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-token statistics (core/token_stats.py) of a committed bank's branches, into a sidecar file, without decoding.
+"""Per-token statistics (core/decode/token_stats.py) of a committed bank's branches, into a sidecar file, without decoding.
 
 For each record of BANK, `features.stats_from_tokens` runs the model over the record's prompt and branches (one
 prefill, then one pass per bucket of branches of similar length) and one JSON line goes to the sidecar,
@@ -43,12 +43,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from lover_lmeval.core.bank import record_key
-from lover_lmeval.core.bank_store import GzipStore, open_store
-from lover_lmeval.core.branch import Branch
-from lover_lmeval.core.decoding import MODES, DecodingConfig
+from lover_lmeval.core.store.bank import record_key
+from lover_lmeval.core.store.bank_store import GzipStore, open_store
+from lover_lmeval.core.decode.branch import Branch
+from lover_lmeval.core.decode.decoding import MODES, DecodingConfig
 from lover_lmeval.core.loading import model_identity, sha256_file
-from lover_lmeval.core.token_stats import STAT_NAMES, decode_stats, encode_stats
+from lover_lmeval.core.decode.token_stats import STAT_NAMES, decode_stats, encode_stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
 from benchmarks.bench_common import RESULTS, UNTIL, add_model_options, load_model, model_path  # noqa: E402
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from lover_lmeval.core.features import stats_from_tokens
+    from lover_lmeval.core.decode.features import stats_from_tokens
 
     if args.threads:
         torch.set_num_threads(args.threads)

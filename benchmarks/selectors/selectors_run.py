@@ -1,7 +1,7 @@
 """Run 19 B: every selection strategy, old and new, on a committed bank set, from one pass over its branches.
 
 For each set (bank_sets.SETS) the model reads the banked branches teacher-forced (never decoding): features for
-LoVer's label-free test-time fit and the per-token statistics of the 2025 selectors (core/selectors.py), both kept
+LoVer's label-free test-time fit and the per-token statistics of the 2025 selectors (core/select/selectors.py), both kept
 per question in the local feature cache, so a killed run resumes where it stopped. Then the default test-time fit,
 every registered strategy, and per branch the path scores (with whether the branch's stated answer is right) for
 AUROC. The report holds per-question outcomes, so `selectors_table.py` pairs any two rows afterwards.
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from lover_lmeval.core.answers import get_extractor, span_confidence, stated_answer
+from lover_lmeval.core.select.answers import get_extractor, span_confidence, stated_answer
 from lover_lmeval.core.files import write_text
-from lover_lmeval.core.selection import ORACLES, STRATEGIES, select
-from lover_lmeval.core.selectors import DEEPCONF_WINDOW, lowest_window_mean
+from lover_lmeval.core.select.selection import ORACLES, STRATEGIES, select
+from lover_lmeval.core.select.selectors import DEEPCONF_WINDOW, lowest_window_mean
 from lover_lmeval.harness.model import LoverLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file

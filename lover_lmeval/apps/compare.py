@@ -24,7 +24,7 @@ from .train import add_lm_eval_arguments, task_extractor
 log = logging.getLogger(__name__)
 
 ROWS_VERIFIERS = ("lover", "supervised", "supervised_cv")  # names taken by built-in rows
-# In the task YAMLs' order: baselines, the token-statistics selectors (core/selectors.py), LoVer, the oracle. Spelled
+# In the task YAMLs' order: baselines, the token-statistics selectors (core/select/selectors.py), LoVer, the oracle. Spelled
 # out, not read from the strategy registry, which would import torch for `--help` (test_compare checks they agree).
 ROWS = ("greedy", "majority", "cot_max", "cot_sum", "self_certainty", "self_certainty_borda", "deepconf10_w32",
         "deepconf90_w32", "cisc_t0.1", "loglik_max", "loglik_vote", "short3", "lover_max", "lover_sum",
@@ -119,7 +119,7 @@ def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, co
     """Majority and LoVer(sum) using only the first n branches, n = 1..N (verifier refit on them)."""
     # lazy: they load torch, and `lover compare --help` must not wait for it
     from ..core.results import LoverResult
-    from ..core.scoring import fit_on_results
+    from ..core.verify.scoring import fit_on_results
     from .diagnostics import strategy_correct
 
     n_max = min(len(r.branches) for r in results)
@@ -185,11 +185,11 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     from lm_eval import simple_evaluate
     from lm_eval.utils import simple_parse_args_string
 
-    from ..core.answers import get_extractor, n_answer_groups, stated_answer
-    from ..core.checkpoints import gold_labels_used, label_tag, load_checkpoint
-    from ..core.features import check_layer
+    from ..core.select.answers import get_extractor, n_answer_groups, stated_answer
+    from ..core.verify.checkpoints import gold_labels_used, label_tag, load_checkpoint
+    from ..core.decode.features import check_layer
     from ..core.files import write_text
-    from ..core.scoring import batch_results, store_scores, unparsed_counts
+    from ..core.verify.scoring import batch_results, store_scores, unparsed_counts
     from ..core.stats import bootstrap_interval, paired_bootstrap
     from ..harness.model import LoverLM
     from .diagnostics import branch_records, cross_fit_supervised, diagnose, layer_sweep

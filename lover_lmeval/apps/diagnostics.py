@@ -26,14 +26,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..core.answers import answer_members, span_confidence, stated_answer
-from ..core.features import features_from_tokens
+from ..core.select.answers import answer_members, span_confidence, stated_answer
+from ..core.decode.features import features_from_tokens
 from ..core.results import LoverResult
-from ..core.scoring import answer_ids, batch_results, fit_on_results, gold_labels, store_scores, top_pick
-from ..core.selection import select
+from ..core.verify.scoring import answer_ids, batch_results, fit_on_results, gold_labels, store_scores, top_pick
+from ..core.select.selection import select
 from ..core.stats import auroc, expected_calibration_error
-from ..core.verifier import fit
-from ..core.verifier_config import VerifierConfig
+from ..core.verify.verifier import fit
+from ..core.verify.verifier_config import VerifierConfig
 
 
 def answer_right(answer, gold: str) -> bool:

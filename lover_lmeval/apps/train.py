@@ -17,7 +17,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-# VerifierConfig's losses and seed defaults and the loss terms a user may name (core.losses.allowed_terms() but
+# VerifierConfig's losses and seed defaults and the loss terms a user may name (core.verify.losses.allowed_terms() but
 # "supervised"), repeated because any core import loads torch (core/__init__.py) and `lover train --help` must not
 # wait for it; tests/test_cli_help.py checks them against the core.
 DEFAULT_LOSSES = "nega+intra+inter"
@@ -71,14 +71,14 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     from lm_eval.tasks import TaskManager
     from lm_eval.utils import simple_parse_args_string
 
-    from ..core.answers import n_answer_groups
-    from ..core.checkpoints import save_checkpoint
-    from ..core.dev_select import fit_with_dev, parse_select, selection_from_string
+    from ..core.select.answers import n_answer_groups
+    from ..core.verify.checkpoints import save_checkpoint
+    from ..core.verify.dev_select import fit_with_dev, parse_select, selection_from_string
     from ..core.files import write_text
     from ..core.loading import cache_dir
-    from ..core.scoring import answer_ids, batch_results, gold_labels, orient_fit
-    from ..core.verifier import fit
-    from ..core.verifier_config import config_from_string
+    from ..core.verify.scoring import answer_ids, batch_results, gold_labels, orient_fit
+    from ..core.verify.verifier import fit
+    from ..core.verify.verifier_config import config_from_string
     from ..harness.model import LoverLM
     from .plots import plot_history
 

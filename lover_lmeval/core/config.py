@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .bank import BankConfig
-from .decoding import BatchingConfig, DecodingConfig
-from .features import FeatureConfig
-from .selection import SelectionConfig
-from .verifier_config import VerifierConfig, config_from_string
+from .store.bank import BankConfig
+from .decode.decoding import BatchingConfig, DecodingConfig
+from .decode.features import FeatureConfig
+from .select.selection import SelectionConfig
+from .verify.verifier_config import VerifierConfig, config_from_string
 
 
 def _optional(value) -> str | None:

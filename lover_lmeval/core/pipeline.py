@@ -22,17 +22,17 @@ import numpy as np
 import torch
 
 from .. import __version__
-from .answers import get_extractor
-from .bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBank, record_key
-from .checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
+from .select.answers import get_extractor
+from .store.bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBank, record_key
+from .verify.checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
 from .config import LoverConfig
-from .decoding import DecodingConfig, iter_branches
-from .features import assertion_features, features_from_tokens, stats_from_tokens
+from .decode.decoding import DecodingConfig, iter_branches
+from .decode.features import assertion_features, features_from_tokens, stats_from_tokens
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
-from .scoring import fit_on_results, unparsed_counts, warn_if_constant_answer, warn_if_one_sided
-from .selection import select
-from .token_stats import decode_stats, encode_stats
+from .verify.scoring import fit_on_results, unparsed_counts, warn_if_constant_answer, warn_if_one_sided
+from .select.selection import select
+from .decode.token_stats import decode_stats, encode_stats
 
 log = logging.getLogger("lm_eval.lover_hf")  # under lm-eval's logger, so its CLI shows our messages
 

@@ -19,8 +19,8 @@ import json
 import numpy as np
 import torch
 
-from .branch import Branch
-from .losses import score
+from .decode.branch import Branch
+from .verify.losses import score
 
 
 #: Precisions features may be stored in; anything else (numpy arrays, lists, float64) is stored as float32.

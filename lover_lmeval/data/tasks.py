@@ -18,7 +18,7 @@ from pathlib import Path
 
 import datasets
 
-from ..core.answers import get_extractor, normalise_number
+from ..core.select.answers import get_extractor, normalise_number
 from . import fewshot
 from .igsm import IGSMConfig, generate
 

@@ -1,4 +1,4 @@
-"""`lover_select`: the lm-eval filter that applies one selection strategy (core/selection.py) per question.
+"""`lover_select`: the lm-eval filter that applies one selection strategy (core/select/selection.py) per question.
 
 It emits a plain `str` (lm-eval's own regex filter turns non-`str` into "", so this filter must come first in a
 chain). Only oracle strategies (`pass_at_n`) read the doc's gold field; selectors never look at the doc.
@@ -11,8 +11,8 @@ from functools import partial
 
 from lm_eval.api.filter import Filter
 
-from ..core.answers import get_extractor
-from ..core.selection import ORACLES, SelectionConfig, check_strategy, select
+from ..core.select.answers import get_extractor
+from ..core.select.selection import ORACLES, SelectionConfig, check_strategy, select
 
 
 class LoverSelect(Filter):

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from lm_eval.models.utils import normalize_gen_kwargs
 
-from ..core.decoding import DecodingConfig
+from ..core.decode.decoding import DecodingConfig
 from .model_args import LoverUsageError
 
 #: request kwargs lover_hf honours (lm-eval's normalisation folds max_new_tokens & co. into max_gen_toks)

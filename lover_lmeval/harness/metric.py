@@ -14,7 +14,7 @@ score 0. `lover_match` normalises the gold side with the same extractor the `lov
 
 from __future__ import annotations
 
-from ..core.answers import get_extractor
+from ..core.select.answers import get_extractor
 from ..data.tasks import normalise_target
 
 

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from .bank_store import GzipStore, SqliteStore, open_store, store_kind
-from .branch import Branch
-from .files import atomic_path
-from .token_stats import decode_stats, encode_stats
+from ..decode.branch import Branch
+from ..files import atomic_path
+from ..decode.token_stats import decode_stats, encode_stats
 
 #: `feature_cache` value meaning the lover-lmeval cache dir (loading.cache_dir() / "features").
 DEFAULT_FEATURE_CACHE = "default"

@@ -212,7 +212,7 @@ def convert(source: str | Path, destination: str | Path) -> int:
         raise FileNotFoundError(f"{source} is not a file: pass an existing bank to read from")
     records = open_store(source).records()
     if destination.suffix == ".jsonl":
-        from .files import atomic_path
+        from ..files import atomic_path
 
         seen = set()
         with atomic_path(destination) as tmp, open(tmp, "w", encoding="utf-8") as handle:

@@ -1,7 +1,7 @@
 """LoVer verifier: an MLP probe over contrastive features and its training loop (checkpoints: checkpoints.py).
 
 Shapes: ``features`` is ``(Q, N, 2, D)`` (index 0 = x+, 1 = x-), ``mask`` and
-``groups`` are ``(Q, N)``; see :mod:`lover_lmeval.core.losses` for the dimension names.
+``groups`` are ``(Q, N)``; see :mod:`lover_lmeval.core.verify.losses` for the dimension names.
 """
 
 from __future__ import annotations

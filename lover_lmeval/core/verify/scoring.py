@@ -15,11 +15,11 @@ from collections import Counter
 import numpy as np
 import torch
 
-from .answers import answer_groups, get_extractor, span_confidence, stated_answer
+from ..select.answers import answer_groups, get_extractor, span_confidence, stated_answer
 from .fit_inputs import verifier_on
 from .losses import score
-from .selection import select
-from .stats import spearman
+from ..select.selection import select
+from ..stats import spearman
 from .verifier import fit
 from .verifier_config import VerifierConfig
 

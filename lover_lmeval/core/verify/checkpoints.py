@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from .files import atomic_path, write_text
+from ..files import atomic_path, write_text
 from .verifier import Verifier
 from .verifier_config import VerifierConfig
 

@@ -1,0 +1,9 @@
+"""Select: one answer per question from its branches.
+
+- answers.py    extractors (registry) and the one answer-grouping rule;
+- selection.py  the strategies (registry): greedy, majority, CoT-decoding's confidence, LoVer's scores, oracles;
+- selectors.py  the strategies that read the branches' per-token statistics (self-certainty, DeepConf, CISC,
+                log-likelihood, short-m@k).
+
+Reads branches duck-typed: imports no other stage.
+"""

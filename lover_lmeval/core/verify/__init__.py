@@ -1,0 +1,12 @@
+"""Verify: LoVer's label-free verifier, fitted and applied.
+
+- losses.py            the paper's logic constraints as pure functions (registry of loss terms; variants in
+                       losses_variants.py, the authors' reductions in losses_authors.py);
+- verifier.py          the MLP probe and its fit (its `VerifierConfig` and regimes: verifier_config.py);
+- fit_inputs.py        results -> the fit's batched tensors;
+- scoring.py           the test-time fit on results: scores, orientation and warnings;
+- dev_select.py        the authors' probe selection on disclosed dev labels (`lover train` only);
+- checkpoints.py       a fitted verifier on disk, with the labels it used in its metadata.
+
+Imports the select stage (the constraints read the answer groups), never decode or store.
+"""
