@@ -1,10 +1,12 @@
 """Golden run: `lover train` and `lover compare` on a small committed bank give the outcomes they gave before.
 
 The bank (tests/data/golden/smollm2_bank.jsonl.gz) holds the first 8 banked questions of lover_gsm8k and of
-lover_bbh_web_of_lies decoded by the embedded SmolLM2 (chat template, N = 10). Both commands run with
-`bank_only=true` through the installed `lover` entry point, so nothing is decoded and every stage after decoding
-runs for real: features from tokens, the test-time fit, a trained checkpoint, selection rows, diagnostics, the
-cross-fit, accuracy vs N and the per-branch log. A change that moves an outcome, or a float past its tolerance, must
+lover_bbh_web_of_lies decoded by the embedded SmolLM2 (chat template, N = 10), each branch with its token statistics
+(added once by `features.stats_from_tokens` on the same fp32 model, as a rescored bank holds them: the values a run
+would otherwise rebuild, at the bank's float16). Both commands run with `bank_only=true` through the installed
+`lover` entry point and share one feature cache, as a user's runs on one machine do, so nothing is decoded and every
+stage after decoding runs for real: features from tokens, the test-time fit, a trained checkpoint, selection rows,
+diagnostics, the cross-fit, accuracy vs N and the per-branch log. A change that moves an outcome, or a float past its tolerance, must
 regenerate `expected.json` on purpose (the file records the CPU kernels and torch it was written with):
 
     LOVER_WRITE_GOLDEN=1 .venv/bin/python -m pytest tests/test_golden.py
@@ -91,7 +93,8 @@ def golden_run(tmp_path: Path) -> dict:
     """Everything the two commands produce that a refactor must not change (paths, timings and digests of float
     bytes removed)."""
     ckpt = tmp_path / "gsm8k.safetensors"
-    args = f"bank={BANK},bank_only=true,feature_cache=none"
+    (tmp_path / "features").mkdir()
+    args = f"bank={BANK},bank_only=true,feature_cache={tmp_path / 'features'}"
     _lover("train", "--model_args", args, "--task", "lover_gsm8k", "--split", "test", "--limit", "8",
            "--apply_chat_template", "--include_path", str(REPO / "task_configs"), "--out", str(ckpt), cwd=tmp_path)
     out = tmp_path / "compare"
