@@ -13,5 +13,9 @@ python3 -m venv "$work/venv"
 "$work/venv/bin/pip" list 2>/dev/null | grep -i -E "^(torch|lm.eval|transformers|accelerate|datasets|safetensors|numpy|gguf|tqdm) "
 cd "$repo"
 # Its own cache: a model folder converted by a newer transformers is not readable by an older one.
+# Two of the subset's slowest cases are left to the full suite (newest releases): sampling through continuous batching
+# on the real SmolLM2 (the cot case of the same test runs here) and beam features (the beam decoding tests run here).
 LOVER_CACHE_DIR="$work/cache" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_decoding.py \
-  tests/test_features.py tests/test_pipeline.py tests/test_bank.py tests/test_model.py tests/test_bad_input.py
+  tests/test_features.py tests/test_pipeline.py tests/test_bank.py tests/test_model.py tests/test_bad_input.py \
+  --deselect "tests/test_decoding.py::test_continuous_batching_gives_the_branches_of_each_question_decoded_alone[sample-kw1]" \
+  --deselect "tests/test_features.py::test_features_equal_full_reencode_for_padded_batched_branches[beam-None]"
