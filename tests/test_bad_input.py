@@ -158,7 +158,8 @@ filter_list:
 def test_a_bad_filter_is_named_before_any_decoding(strategy, extract, needles, tiny_model_dir, tmp_path,
                                                    monkeypatch):
     """Through lm-eval itself (simple_evaluate on a task YAML): an unknown strategy, or a filter whose extractor
-    differs from the model's test-time fit, fails before the first question is decoded, not after all of them."""
+    differs from the one model_args set for the test-time fit, fails before the first question is decoded, not after
+    all of them."""
     import shutil
 
     from lm_eval import simple_evaluate
@@ -174,11 +175,33 @@ def test_a_bad_filter_is_named_before_any_decoding(strategy, extract, needles, t
         raise AssertionError("decoding started before the bad filter was reported")
 
     monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
-    lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2)
+    lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, extract="number")
     with pytest.raises(ValueError) as error:
         simple_evaluate(model=lm, tasks=["my_task"], limit=1, task_manager=TaskManager(include_path=str(folder)))
     for needle in needles:
         assert needle in str(error.value), str(error.value)
+
+
+def test_without_extract_the_fit_groups_answers_as_the_tasks_filters_do(tiny_model_dir, tmp_path, caplog):
+    """model_args without `extract`, a task whose lover_* filter extracts yes_no: the fit adopts yes_no (logged)
+    instead of refusing the run, since every filter that reads the fit agrees."""
+    import shutil
+
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from tests.conftest import REPO
+
+    folder = tmp_path / "tasks"
+    shutil.copytree(REPO / "task_configs", folder)
+    (folder / "my_task.yaml").write_text(FILTER_TASK.format(name="my_task", strategy="lover_sum", extract="yes_no"))
+    lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2)
+    assert lm.pipeline.extract == "number"  # the default, until the tasks are known
+    with caplog.at_level("INFO", logger="lm_eval.lover_hf"):
+        simple_evaluate(model=lm, tasks=["my_task"], limit=1, gen_kwargs="max_gen_toks=4",
+                        task_manager=TaskManager(include_path=str(folder)))
+    assert lm.pipeline.extract == "yes_no"
+    assert "extract=yes_no, as the tasks' lover_select filters group answers" in caplog.text
 
 
 def test_lover_rows_without_any_verifier_are_refused_before_decoding(tiny_model_dir, monkeypatch):

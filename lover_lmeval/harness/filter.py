@@ -7,12 +7,15 @@ chain). Only oracle strategies (`pass_at_n`) read the doc's gold field; selector
 from __future__ import annotations
 
 import inspect
+import logging
 from functools import partial
 
 from lm_eval.api.filter import Filter
 
 from ..core.select.answers import get_extractor
 from ..core.select.selection import ORACLES, SelectionConfig, check_strategy, select
+
+log = logging.getLogger("lm_eval.lover_hf")  # core.pipeline's logger, without importing the pipeline
 
 
 class LoverSelect(Filter):
@@ -82,13 +85,24 @@ def _lover_select_arguments(frame_depth: int = 4) -> list[dict]:
     return found
 
 
-def check_filters_before_decoding(fit_extract: str | None, scored: set[str]) -> None:
+def check_filters_before_decoding(fit_extract: str | None, scored: set[str], adopt: bool = False) -> str | None:
     """Build each lover_select filter of the evaluated tasks once (its own checks: strategy, extractor) and check
     that each verifier a filter reads will have scores (`scored`: "lover" with verifier=fit or a checkpoint,
     "supervised" with supervised_verifier=) and that those reading the test-time fit group answers with `fit_extract`,
-    the model's `extract` (None: no test-time fit). Raises ValueError naming the argument and the fix."""
-    for kwargs in _lover_select_arguments():
-        select_filter = LoverSelect(**kwargs)
+    the model's `extract` (None: no test-time fit). Raises ValueError naming the argument and the fix.
+
+    With `adopt` (the user did not set `extract`), filters that all read the fit with one other extractor make it
+    the fit's: returns that name (logged), else None. A user who runs `--tasks lover_bbh_boolean_expressions` means
+    its true/false answers; only a run whose tasks extract differently still needs separate calls."""
+    filters = [LoverSelect(**kwargs) for kwargs in _lover_select_arguments()]
+    wanted = {f.extract_name for f in filters if f.reads_fit}
+    if adopt and fit_extract is not None and len(wanted) == 1 and wanted != {fit_extract}:
+        (fit_extract,) = wanted
+        log.info("lover_hf: extract=%s, as the tasks' lover_select filters group answers (model_args set none)",
+                 fit_extract)
+    else:
+        adopt = False
+    for select_filter in filters:
         if select_filter.strategy in ORACLES and select_filter.gold is None:
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}, an oracle) names no "
                              "`gold: FIELD`, the doc field holding the answer; add e.g. `gold: answer` to it.")
@@ -102,3 +116,4 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str]) -> 
                 f"lover_hf fits its test-time verifier with extract={fit_extract}, but a task's lover_select filter "
                 f"extracts {select_filter.extract_name}: pass extract={select_filter.extract_name} in --model_args, "
                 "and run tasks with different extractors in separate lm_eval calls (`lover compare` sets it per task).")
+    return fit_extract if adopt else None

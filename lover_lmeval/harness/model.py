@@ -35,7 +35,7 @@ class LoverLM(HFLM):
 
     def __init__(self, pretrained=None, gguf_file=None, device=None, **kwargs):
         one_line_errors()  # on the lm_eval / lover CLI, a bad setting is one line, not a traceback
-        config, hf_args, self.explicit_decoding = parse_model_args(kwargs)  # bad values fail before the model loads
+        config, hf_args, self.explicit = parse_model_args(kwargs)  # bad values fail before the model loads
         gguf_sha256 = None
         if pretrained is None and gguf_file is None:
             gguf_file = str(loading.default_gguf())
@@ -73,7 +73,7 @@ class LoverLM(HFLM):
     def prompts(self, contexts: list[str], gen_kwargs: dict) -> tuple[list[list[int]], list[str], int]:
         """Prompt ids, stop strings and token budget of contexts sharing generation kwargs (as HFLM reads them).
         Also makes the pipeline decode as the kwargs ask (harness/generation.py), so keys and branches follow them."""
-        decoding, kwargs = resolve_decoding(self.pipeline.base_decoding, self.explicit_decoding, gen_kwargs,
+        decoding, kwargs = resolve_decoding(self.pipeline.base_decoding, self.explicit, gen_kwargs,
                                             self.max_gen_toks)
         self.pipeline.use_decoding(decoding)
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
@@ -100,8 +100,10 @@ class LoverLM(HFLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
         fitting = self.pipeline.config.selection.fit_at_test_time
         scored = set(self.pipeline.verifiers) | ({"lover"} if fitting else set())
-        check_filters_before_decoding(self.pipeline.extract if fitting else None, scored)  # before hours of decoding
-        check_requests(requests, self.pipeline.base_decoding, self.explicit_decoding, self.max_gen_toks)
+        extract = check_filters_before_decoding(self.pipeline.extract if fitting else None, scored,
+                                                adopt="extract" not in self.explicit)  # before hours of decoding
+        self.pipeline.extract = extract or self.pipeline.extract
+        check_requests(requests, self.pipeline.base_decoding, self.explicit, self.max_gen_toks)
         warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, self.pipeline.verifier_meta)
         groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
         for index, request in enumerate(requests):
