@@ -25,6 +25,12 @@ from .model_args import check_before_loading, hub_error, loader_error, one_line_
 from .ranks import fit_every_task
 
 
+#: Logged as decoding starts: what the table lm-eval prints at the end will mean.
+HEADLINE = ("lover_hf rank %d/%d: %d questions x %d branches. The table at the end has one exact_match row per "
+            "selector, each picking one answer per question from these same branches: compare each with majority "
+            "(the vote) and greedy; pass_at_n, an oracle that reads the gold answer, is how often any branch is right")
+
+
 class LoverLM(HFLM):
     """HFLM that returns a `LoverResult` (N branches, features, verifier scores) per request.
 
@@ -109,8 +115,7 @@ class LoverLM(HFLM):
         for index, request in enumerate(requests):
             groups[repr(sorted(request.args[1].items()))].append(index)
         results: list[LoverResult | None] = [None] * len(requests)
-        log.info("lover_hf rank %d/%d: %d questions x %d branches", self.rank, self.world_size, len(requests),
-                 self.pipeline.config.decoding.n_branches)
+        log.info(HEADLINE, self.rank, self.world_size, len(requests), self.pipeline.config.decoding.n_branches)
         bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
                    desc=f"lover_hf: {self.pipeline.config.decoding.n_branches} branches per question")
         for indices in groups.values():
