@@ -74,6 +74,7 @@ REFUSED = {
     "n_branches=0": ("n_branches=0", [], "n_branches=0 must be >= 1"),
     "temperature=0 when sampling": ("decoding=sample,temperature=0", [], "temperature=0 must be > 0"),
     "a hub id offline": ("pretrained=HuggingFaceTB/SmolLM2-135M-Instruct", [], "pass gguf_file=PATH"),
+    "extract unlike the task's filters": (f"{BASE_ARGS},extract=yes_no", [], "extracts number: pass extract=number"),
 }
 
 

@@ -106,10 +106,11 @@ class LoverLM(HFLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
         fitting = self.pipeline.config.selection.fit_at_test_time
         scored = set(self.pipeline.verifiers) | ({"lover"} if fitting else set())
-        extract = check_filters_before_decoding(self.pipeline.extract if fitting else None, scored,
-                                                adopt="extract" not in self.explicit)  # before hours of decoding
+        with usage_errors():  # a filter or request lover_hf cannot serve: one line on the CLI, before any decoding
+            extract = check_filters_before_decoding(self.pipeline.extract if fitting else None, scored,
+                                                    adopt="extract" not in self.explicit)
+            check_requests(requests, self.pipeline.base_decoding, self.explicit, self.max_gen_toks)
         self.pipeline.extract = extract or self.pipeline.extract
-        check_requests(requests, self.pipeline.base_decoding, self.explicit, self.max_gen_toks)
         warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, self.pipeline.verifier_meta)
         groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
         for index, request in enumerate(requests):
