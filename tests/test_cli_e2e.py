@@ -52,7 +52,9 @@ def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2
         assert isinstance(sample["filtered_resps"][0][0], str)
 
 
-BANK = REPO / "benchmarks" / "banks" / "smollm2-135m-instruct" / "lover_gsm8k-test.jsonl.gz"
+# The golden run's bank: the first 8 GSM8K test questions of the committed SmolLM2 bank (N = 10, chat template), each
+# branch with its token statistics (tests/test_golden.py), so these runs compute features but no statistics pass.
+BANK = REPO / "tests" / "data" / "golden" / "smollm2_bank.jsonl.gz"
 
 
 LIMIT = 5  # questions of the rank tests: an uneven split over two ranks
@@ -60,7 +62,7 @@ LIMIT = 5  # questions of the rank tests: an uneven split over two ranks
 
 def _bank_run(tmp_path: Path, name: str, ranks: int, limit: int = LIMIT, feature_cache: Path | None = None
               ) -> tuple[dict, dict]:
-    """lm_eval over the committed SmolLM2 bank (embedded model, N = 10, chat template, never decoding) on `ranks`
+    """lm_eval over a SmolLM2 bank (embedded model, N = 10, chat template, never decoding) on `ranks`
     CPU processes; returns (metrics, {(filter, doc_id): pick}) and checks that every rank decoded its share."""
     out = tmp_path / name
     launcher = [shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun",
@@ -86,8 +88,8 @@ def test_one_and_two_cpu_ranks_give_identical_picks_and_metrics(tmp_path):
     """5 questions on 2 ranks (an uneven split, 3 and 2: lm-eval pads rank 1 with a copy of its last request): one
     fit over all 5 questions, so every strategy row picks the same answer on every question as one process does;
     `lover compare` on the same bank scores every question of every row as lm_eval does. Both lm_eval runs compute
-    their features and token statistics (the banked branches have none); `compare` reads those the two ranks wrote
-    to a feature cache instead of computing them a third time."""
+    their features (the banked branches carry their token statistics); `compare` reads those the two ranks wrote to
+    a feature cache instead of computing them a third time."""
     one_metrics, one_picks = _bank_run(tmp_path, "one", 1)
     cache = tmp_path / "features"
     cache.mkdir()
