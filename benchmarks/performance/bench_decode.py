@@ -49,6 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
 from benchmarks.bench_common import REPO, RESULTS, add_model_options, model_path, offline_env  # noqa: E402
+from lover_lmeval.core.files import write_text  # noqa: E402
 
 MODEL_NAME = "qwen2.5-coder-0.5b-instruct"
 BENCH_TASK = "bench_gsm8k_sc10"
@@ -87,6 +88,9 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="float32", help="weights and activations of every method (default float32)")
     p.add_argument("--device", default="cpu", help="cpu or cuda, for every method, lm-eval's subprocess included")
     p.add_argument("--output", default=None, help="JSON path (default benchmarks/results/decode_<date>.json)")
+    p.add_argument("--stats-ab", type=int, default=0, metavar="R",
+                   help="only the token-statistics overhead: continuous batching with the per-step statistics and "
+                        "with them replaced by zeros, alternated R times each in this run (issue Selectors: <= 5%%)")
     args = p.parse_args(argv)
     if args.lm_eval_questions is None:
         args.lm_eval_questions = args.n_questions
@@ -289,6 +293,44 @@ def markdown(res) -> str:
     return "\n".join(lines)
 
 
+def stats_overhead(args, model, tok, prompts, cfg, until, eos_ids, pad_id, info, started) -> int:
+    """Continuous batching with and without the per-step token statistics, alternated (on, off, on, off, ...) so
+    that drift in the machine's speed falls on both arms; the statistics are switched off by handing the decoder
+    zeros instead of `step_stats` (same shapes, same one transfer per step). Branches must come out the same."""
+    import torch
+
+    from lover_lmeval.core.decode import decoding
+
+    real = decoding.step_stats
+    arms: dict[str, list[float]] = {"with_stats": [], "without_stats": []}
+    tokens = {}
+    for _ in range(args.stats_ab):
+        for arm in arms:
+            decoding.step_stats = real if arm == "with_stats" else (
+                lambda logits, chosen, probs=None: torch.zeros(*chosen.shape, 4, device=chosen.device))
+            try:
+                (branches, _), seconds = timed(decoding.decode_branches, model, tok, prompts, cfg,
+                                               args.max_new_tokens, until, eos_ids, pad_id,
+                                               max_rows=args.batch_size * args.n_branches)
+            finally:
+                decoding.step_stats = real
+            arms[arm].append(seconds)
+            tokens[arm] = [b.token_ids for q in branches for b in q]
+            print(f"[bench] {arm}: {seconds:.1f}s", flush=True)
+    best = {arm: min(times) for arm, times in arms.items()}
+    res = {"benchmark": "bench_decode --stats-ab", "date": started.isoformat(timespec="seconds"),
+           "command": shlex.join([sys.executable, *sys.argv]), "machine": info, "model": str(model.name_or_path),
+           "dtype": str(model.dtype), "n_questions": len(prompts), "n_branches": args.n_branches,
+           "max_new_tokens": args.max_new_tokens, "rows": args.batch_size * args.n_branches, "seconds": arms,
+           "overhead_of_min": best["with_stats"] / best["without_stats"] - 1,
+           "same_branches": tokens["with_stats"] == tokens["without_stats"], "loadavg_end": loadavg()}
+    out = Path(args.output or REPO / "benchmarks" / "results" / f"decode_stats_ab_{started.date()}.json")
+    write_text(out, json.dumps(res, indent=2) + "\n")
+    print(f"[bench] token statistics cost {100 * res['overhead_of_min']:+.1f}% of decoding (min of {args.stats_ab} "
+          f"each); same branches: {res['same_branches']}; wrote {out}", flush=True)
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
     setup_env(args.threads)
@@ -331,6 +373,9 @@ def main(argv=None):
     decode_branches(model, tok, [prompts[0]], cfg, 2, until, eos_ids, pad_id)
     lm._model_generate(torch.tensor([prompts[0]], device=model.device), max_length=len(prompts[0]) + 2, stop=until,
                        do_sample=False)
+
+    if args.stats_ab:
+        return stats_overhead(args, model, tok, prompts, cfg, until, eos_ids, pad_id, info, started)
 
     def generate_greedy(batch):
         """lm-eval's own greedy path (`HFLM._model_generate`: `generate` with lm-eval's stop-sequence
