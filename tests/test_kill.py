@@ -70,9 +70,14 @@ def kill_after(bank: Path, out: Path, cwd: Path, records: int | None = None, sec
 
 def test_a_killed_run_resumes_from_its_bank_with_identical_metrics(tmp_path, smollm2_dir):
     reference = tmp_path / "reference"
-    run(tmp_path / "reference.sqlite", reference, tmp_path)
+    # The uninterrupted run and the run to kill share nothing: side by side, each mostly waits on one core.
+    uninterrupted = subprocess.Popen(command(tmp_path / "reference.sqlite", reference), cwd=tmp_path,
+                                     env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     bank = tmp_path / "killed.sqlite"
-    assert kill_after(bank, tmp_path / "killed", tmp_path, records=2), "the run ended before it could be killed"
+    killed = kill_after(bank, tmp_path / "killed", tmp_path, records=2)
+    _, errors = uninterrupted.communicate(timeout=1200)
+    assert uninterrupted.returncode == 0, errors[-4000:]
+    assert killed, "the run ended before it could be killed"
     before = banked_keys(bank)
     assert 2 <= len(before) < LIMIT
     log = run(bank, tmp_path / "resumed", tmp_path)
