@@ -1,7 +1,7 @@
 """The committed banks as evaluation sets: each record joined to its task document and gold answer, no model run.
 
-A bank record holds a question's prompt token ids and its N branches (`lover_lmeval/core/store/bank.py`), keyed by a hash of
-model, prompt and decoding settings. A set here is one (bank file, task, split, document range, token budget, dtype):
+A bank record holds a question's prompt token ids and its N branches (`lover_lmeval/core/store/bank.py`), keyed by a
+hash of model, prompt and decoding settings. A set here is one (bank file, task, split, document range, token budget, dtype):
 its records are found by recomputing their keys (`Pipeline.record_keys`' recipe, so a bank that holds the same
 prompt under two budgets or dtypes gives each set only its own records), and each record is joined to the document
 whose `doc_to_text` its decoded prompt contains. Only the tokenizer is loaded (from the GGUF), never the weights.

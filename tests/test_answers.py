@@ -1,4 +1,5 @@
-"""Tests for lover_lmeval.core.select.answers: hand-written cases per extractor, then real Qwen2.5-Coder-0.5B outputs."""
+"""Tests for lover_lmeval.core.select.answers: hand-written cases per extractor, then real Qwen2.5-Coder-0.5B
+outputs."""
 
 from __future__ import annotations
 

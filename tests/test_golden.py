@@ -6,8 +6,9 @@ lover_bbh_web_of_lies decoded by the embedded SmolLM2 (chat template, N = 10), e
 would otherwise rebuild, at the bank's float16). Both commands run with `bank_only=true` through the installed
 `lover` entry point and share one feature cache, as a user's runs on one machine do, so nothing is decoded and every
 stage after decoding runs for real: features from tokens, the test-time fit, a trained checkpoint, selection rows,
-diagnostics, the cross-fit, accuracy vs N and the per-branch log. A change that moves an outcome, or a float past its tolerance, must
-regenerate `expected.json` on purpose (the file records the CPU kernels and torch it was written with):
+diagnostics, the cross-fit, accuracy vs N and the per-branch log. A change that moves an outcome, or a float past its
+tolerance, must regenerate `expected.json` on purpose (the file records the CPU kernels and torch it was written
+with):
 
     LOVER_WRITE_GOLDEN=1 .venv/bin/python -m pytest tests/test_golden.py
 

@@ -1,6 +1,6 @@
-"""The token-statistics selectors (core/select/selectors.py) on hand-made branches: each docstring's three-branch example
-through `lover_select`, ties, empty paths, missing statistics, the window minimum against a slow loop, and that no
-selector reads the gold answer."""
+"""The token-statistics selectors (core/select/selectors.py) on hand-made branches: each docstring's three-branch
+example through `lover_select`, ties, empty paths, missing statistics, the window minimum against a slow loop, and that
+no selector reads the gold answer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from math import ceil
 import numpy as np
 import pytest
 
-import lover_lmeval.core.select.selectors  # noqa: F401  registers the selectors (lover_lmeval.core does not import it yet)
+import lover_lmeval.core.select.selectors  # noqa: F401  registers the selectors (lover_lmeval.core imports it too)
 from lover_lmeval.core.select.answers import extract_number
 from lover_lmeval.core.decode.branch import Branch
 from lover_lmeval.core.results import LoverResult

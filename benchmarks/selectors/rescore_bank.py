@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-token statistics (core/decode/token_stats.py) of a committed bank's branches, into a sidecar file, without decoding.
+"""Per-token statistics (core/decode/token_stats.py) of a bank's branches, into a sidecar file, without decoding.
 
 For each record of BANK, `features.stats_from_tokens` runs the model over the record's prompt and branches (one
 prefill, then one pass per bucket of branches of similar length) and one JSON line goes to the sidecar,

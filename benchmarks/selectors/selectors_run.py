@@ -1,8 +1,8 @@
 """Run 19 B: every selection strategy, old and new, on a committed bank set, from one pass over its branches.
 
 For each set (bank_sets.SETS) the model reads the banked branches teacher-forced (never decoding): features for
-LoVer's label-free test-time fit and the per-token statistics of the 2025 selectors (core/select/selectors.py), both kept
-per question in the local feature cache, so a killed run resumes where it stopped. Then the default test-time fit,
+LoVer's label-free test-time fit and the per-token statistics of the 2025 selectors (core/select/selectors.py), both
+kept per question in the local feature cache, so a killed run resumes where it stopped. Then the default test-time fit,
 every registered strategy, and per branch the path scores (with whether the branch's stated answer is right) for
 AUROC. The report holds per-question outcomes, so `selectors_table.py` pairs any two rows afterwards.
 

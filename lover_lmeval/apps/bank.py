@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args) -> int:
-    from ..core.store.bank_store import convert, open_store, store_kind  # lazy: core/__init__ loads torch, --help must not
+    # lazy: core/__init__ loads torch, and --help must not
+    from ..core.store.bank_store import convert, open_store, store_kind
 
     if args.action == "convert":
         if not args.destination:

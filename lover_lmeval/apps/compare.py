@@ -24,8 +24,9 @@ from .train import add_lm_eval_arguments, task_extractor
 log = logging.getLogger(__name__)
 
 ROWS_VERIFIERS = ("lover", "supervised", "supervised_cv")  # names taken by built-in rows
-# In the task YAMLs' order: baselines, the token-statistics selectors (core/select/selectors.py), LoVer, the oracle. Spelled
-# out, not read from the strategy registry, which would import torch for `--help` (test_compare checks they agree).
+# In the task YAMLs' order: baselines, the token-statistics selectors (core/select/selectors.py), LoVer, the oracle.
+# Spelled out, not read from the strategy registry, which would import torch for `--help` (test_compare checks they
+# agree).
 ROWS = ("greedy", "majority", "cot_max", "cot_sum", "self_certainty", "self_certainty_borda", "deepconf10_w32",
         "deepconf90_w32", "cisc_t0.1", "loglik_max", "loglik_vote", "short3", "lover_max", "lover_sum",
         "supervised_max", "supervised_sum", "supervised_cv_max", "supervised_cv_sum", "pass_at_n")

@@ -7,15 +7,13 @@ chain). Only oracle strategies (`pass_at_n`) read the doc's gold field; selector
 from __future__ import annotations
 
 import inspect
-import logging
 from functools import partial
 
 from lm_eval.api.filter import Filter
 
 from ..core.select.answers import get_extractor
+from ..core.pipeline import log
 from ..core.select.selection import ORACLES, SelectionConfig, check_strategy, select
-
-log = logging.getLogger("lm_eval.lover_hf")  # core.pipeline's logger, without importing the pipeline
 
 
 class LoverSelect(Filter):
@@ -96,12 +94,12 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str], ado
     its true/false answers; only a run whose tasks extract differently still needs separate calls."""
     filters = [LoverSelect(**kwargs) for kwargs in _lover_select_arguments()]
     wanted = {f.extract_name for f in filters if f.reads_fit}
+    adopted = None
     if adopt and fit_extract is not None and len(wanted) == 1 and wanted != {fit_extract}:
-        (fit_extract,) = wanted
+        (adopted,) = wanted
+        fit_extract = adopted
         log.info("lover_hf: extract=%s, as the tasks' lover_select filters group answers (model_args set none)",
-                 fit_extract)
-    else:
-        adopt = False
+                 adopted)
     for select_filter in filters:
         if select_filter.strategy in ORACLES and select_filter.gold is None:
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}, an oracle) names no "
@@ -116,4 +114,4 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str], ado
                 f"lover_hf fits its test-time verifier with extract={fit_extract}, but a task's lover_select filter "
                 f"extracts {select_filter.extract_name}: pass extract={select_filter.extract_name} in --model_args, "
                 "and run tasks with different extractors in separate lm_eval calls (`lover compare` sets it per task).")
-    return fit_extract if adopt else None
+    return adopted

@@ -14,8 +14,8 @@ answer is returned. Strategies (score of a branch -> score of a group):
 - pass_at_n: an *oracle*, not a selector: it reads the gold answer and returns it if any branch has it. It is
   an upper bound for every selector.
 
-Every strategy but greedy reads each branch's *stated* answer (`answers.stated_answer`): a branch cut at the token budget
-whose answer is only the extractor's fallback (no "The answer is ...") has none.
+Every strategy but greedy reads each branch's *stated* answer (`answers.stated_answer`): a branch cut at the token
+budget whose answer is only the extractor's fallback (no "The answer is ...") has none.
 
 Only groups with an answer compete; with none, the output is "" (counted wrong). Group scores within
 `TIE_TOLERANCE` (1e-3) of the best tie, and a tie goes to the larger group, then to the group holding the lowest
