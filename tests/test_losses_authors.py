@@ -154,11 +154,11 @@ def test_xavier_init_has_zero_biases_and_one_hidden_layer():
 def test_authors_regime_fits_and_keeps_one_draw_between_resamples(monkeypatch):
     """A short authors-regime fit runs end to end; with resample_every=4 over 10 epochs the representatives are drawn
     at the start and before epochs 3 and 7 ((epoch + 1) % 4 == 0), as the authors' loop does."""
-    import lover_lmeval.core.verify.verifier as verifier_module
+    from lover_lmeval.core.verify.fit_steps import FitSteps
 
     calls = []
-    real_draw = verifier_module._draw
-    monkeypatch.setattr(verifier_module, "_draw", lambda *a: calls.append(1) or real_draw(*a))
+    real_draw = FitSteps.draw
+    monkeypatch.setattr(FitSteps, "draw", lambda *a: calls.append(1) or real_draw(*a))
     gen = torch.Generator().manual_seed(0)
     features = torch.randn(12, 4, 2, 16, generator=gen)
     groups = torch.randint(0, 3, (12, 4), generator=gen)

@@ -69,6 +69,11 @@ class NormalizedInputs:
         normalized = features.masked_fill(~mask[..., None, None], 0).float()  # a copy: safe to work in place
         return normalized.sub_(self.mean).div_(self.std)  # in place: one float32 copy, not three
 
+    @property
+    def dense(self) -> torch.Tensor | None:
+        """The whole normalised (Q, N, 2, D) float32 tensor, or None when this fit streams."""
+        return self._dense
+
     def __getitem__(self, idx: torch.Tensor | slice) -> torch.Tensor:
         if self._dense is not None:
             return self._dense[idx]

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -39,8 +41,9 @@ class LossTerm:
     inputs: tuple[str, ...]
     """Names among p_pos, p_neg, mask, groups, answer_ids, labels, passed positionally."""
     draws: tuple[str, ...]
-    """Random draws it takes as keywords: ``reps`` (:func:`sample_representatives`, shared by every term of a
-    step) and/or ``pairs`` (:func:`sample_pairs`)."""
+    """Inputs drawn or derived per batch that it takes as keywords (``DRAWS``): ``reps``
+    (:func:`sample_representatives`, shared by every term of a step), ``pairs`` (:func:`sample_pairs`), ``buckets``
+    (losses_authors.question_buckets); a fit may hold them across steps."""
 
 
 #: How a term reduces over branches and questions: "all" = the paper's equations (sums over every branch and
@@ -65,10 +68,25 @@ def register_loss(name: str, inputs: tuple[str, ...], draws: tuple[str, ...] = (
     return add
 
 
+#: True inside :func:`groups_checked`: the group ids were range-checked once for a whole fit, so the terms skip the
+#: per-call check (two host reads each, three terms a step, 15000 steps in a regime=authors fit).
+_GROUPS_CHECKED: ContextVar[bool] = ContextVar("groups_checked", default=False)
+
+
+@contextmanager
+def groups_checked():
+    """Within it, the loss terms trust that real branches' group ids lie in [0, N) (the caller checked them)."""
+    token = _GROUPS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _GROUPS_CHECKED.reset(token)
+
+
 def _check(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor | None = None) -> None:
     assert p_pos.ndim == 2, f"probabilities must be (Q, N), got {tuple(p_pos.shape)}"
     assert mask.shape == p_pos.shape, f"mask must be {tuple(p_pos.shape)}, got {tuple(mask.shape)}"
-    if groups is not None:
+    if groups is not None and not _GROUPS_CHECKED.get():
         assert groups.shape == p_pos.shape, f"groups must be {tuple(p_pos.shape)}, got {tuple(groups.shape)}"
         real = groups[mask]
         n = p_pos.shape[1]
@@ -165,6 +183,11 @@ def sample_pairs(groups: torch.Tensor, mask: torch.Tensor,
     keyed = torch.where(onehot, keys.unsqueeze(-1), torch.full_like(keys, -1.0).unsqueeze(-1))  # (Q, N, G)
     top = keyed.topk(min(2, groups.shape[1]), dim=1).indices  # (Q, 2, G); (Q, 1, G) with one branch, no pair
     return top[:, 0], top[:, -1], onehot.sum(dim=1) >= 2
+
+
+#: Per-batch inputs a term may take as a keyword (LossTerm.draws), made from (groups, mask, generator) when the
+#: caller brings none, in this order (reps before pairs: the order they consume the generator in).
+DRAWS: dict[str, Callable] = {"reps": sample_representatives, "pairs": sample_pairs}
 
 
 def _representative_probs(p_pos, mask, groups, generator, reps):
@@ -282,10 +305,9 @@ def loss_terms(p_pos: torch.Tensor, p_neg: torch.Tensor, mask: torch.Tensor, gro
     entries = {t: LOSS_TERMS[reduction].get(t) or LOSS_TERMS["all"][t] for t in terms}
     needed = {d for entry in entries.values() for d in entry.draws}
     draws = dict(draws or {})
-    if "reps" in needed and "reps" not in draws:
-        draws["reps"] = sample_representatives(groups, mask, generator)
-    if "pairs" in needed and "pairs" not in draws:
-        draws["pairs"] = sample_pairs(groups, mask, generator)
+    for name, make in DRAWS.items():
+        if name in needed and name not in draws:
+            draws[name] = make(groups, mask, generator)
     inputs = {"p_pos": p_pos, "p_neg": p_neg, "mask": mask, "groups": groups, "answer_ids": answer_ids,
               "labels": labels}
     return {term: entry.function(*(inputs[name] for name in entry.inputs), **{d: draws[d] for d in entry.draws})

@@ -20,14 +20,35 @@ from __future__ import annotations
 
 import torch
 
-from .losses import _check, group_count, inter_per_question, register_loss
+from .losses import DRAWS, _check, group_count, inter_per_question, register_loss
 from .losses_variants import inter_raw_per_question
 
 
-def bucket_mean(per_question: torch.Tensor, n_groups: torch.Tensor) -> torch.Tensor:
-    """Mean within buckets of questions with equal group count (0-group questions left out), then over buckets."""
-    buckets = [per_question[n_groups == g].mean() for g in torch.unique(n_groups[n_groups > 0])]
-    return torch.stack(buckets).mean() if buckets else per_question.new_zeros(())
+def bucket_weights(n_groups: torch.Tensor) -> torch.Tensor:
+    """(Q,) each question's weight in :func:`bucket_mean`: ``1 / (buckets * questions in its bucket)``, 0 for a
+    question without groups (a bucket is the questions with one group count)."""
+    values, inverse, counts = torch.unique(n_groups, return_inverse=True, return_counts=True)
+    n_buckets = max(int((values > 0).sum()), 1)
+    return torch.where(n_groups > 0, 1.0 / (counts[inverse] * n_buckets), 0.0).to(torch.get_default_dtype())
+
+
+def question_buckets(groups: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(n_groups, weights)``, each (Q,): :func:`losses.group_count` and :func:`bucket_weights`. They depend on the
+    batch's groups only, so a full-batch fit makes them once (the ``buckets`` draw, losses.DRAWS)."""
+    n_groups = group_count(groups, mask)  # (Q,)
+    return n_groups, bucket_weights(n_groups)
+
+
+DRAWS["buckets"] = lambda groups, mask, generator=None: question_buckets(groups, mask)
+
+
+def bucket_mean(per_question: torch.Tensor, n_groups: torch.Tensor,
+                weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean within buckets of questions with equal group count (0-group questions left out), then over buckets:
+    ``sum_q weights_q * per_question_q`` with :func:`bucket_weights` (computed here unless given)."""
+    weights = bucket_weights(n_groups) if weights is None else weights
+    # where, not a product alone: a question without groups must not bring a NaN into the sum
+    return torch.where(weights > 0, per_question, 0.0).mul(weights.to(per_question.dtype)).sum()
 
 
 @register_loss("nega", ("p_pos", "p_neg", "mask", "groups"), draws=("reps",), reduction="representative")
@@ -55,15 +76,20 @@ def intra_group_loss_representative(p_pos: torch.Tensor, p_neg: torch.Tensor, ma
     return (gap[0] + gap[1]).mean()
 
 
-@register_loss("inter_raw", ("p_pos", "mask", "groups"), draws=("reps",), reduction="representative")
+@register_loss("inter_raw", ("p_pos", "mask", "groups"), draws=("reps", "buckets"), reduction="representative")
 def inter_raw_loss_bucketed(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, *,
-                            reps: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """:func:`losses_variants.inter_raw_loss`'s per-question value, averaged by :func:`bucket_mean`."""
-    return bucket_mean(inter_raw_per_question(p_pos, mask, groups, reps=reps), group_count(groups, mask))
+                            reps: tuple[torch.Tensor, torch.Tensor],
+                            buckets: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """:func:`losses_variants.inter_raw_loss`'s per-question value, averaged by :func:`bucket_mean`; ``buckets``:
+    :func:`question_buckets` of these groups (made here unless given)."""
+    n_groups, weights = buckets if buckets is not None else question_buckets(groups, mask)
+    return bucket_mean(inter_raw_per_question(p_pos, mask, groups, reps=reps, n_groups=n_groups), n_groups, weights)
 
 
-@register_loss("inter", ("p_pos", "mask", "groups"), draws=("reps",), reduction="representative")
+@register_loss("inter", ("p_pos", "mask", "groups"), draws=("reps", "buckets"), reduction="representative")
 def inter_loss_bucketed(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, *,
-                        reps: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """:func:`losses.inter_group_loss`'s per-question value, averaged by :func:`bucket_mean`."""
-    return bucket_mean(inter_per_question(p_pos, mask, groups, reps=reps), group_count(groups, mask))
+                        reps: tuple[torch.Tensor, torch.Tensor],
+                        buckets: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """:func:`losses.inter_group_loss`'s per-question value, averaged by :func:`bucket_mean` (``buckets`` as above)."""
+    n_groups, weights = buckets if buckets is not None else question_buckets(groups, mask)
+    return bucket_mean(inter_per_question(p_pos, mask, groups, reps=reps), n_groups, weights)

@@ -40,11 +40,13 @@ def inter_raw_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor
 
 def inter_raw_per_question(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                            generator: torch.Generator | None = None, *,
-                           reps: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """(Q,) the value of :func:`inter_raw_loss` for each question, before any mean over questions."""
+                           reps: tuple[torch.Tensor, torch.Tensor] | None = None,
+                           n_groups: torch.Tensor | None = None) -> torch.Tensor:
+    """(Q,) the value of :func:`inter_raw_loss` for each question, before any mean over questions. ``n_groups``
+    (Q,): :func:`losses.group_count` of these groups, when the caller holds it."""
     _check(p_pos, mask, groups)
     rep = _representative_probs(p_pos, mask, groups, generator, reps)  # (Q, G), 0 in empty slots
-    n_groups = group_count(groups, mask).clamp(min=1)  # (Q,)
+    n_groups = (group_count(groups, mask) if n_groups is None else n_groups).clamp(min=1)  # (Q,)
     self_info = -(rep * torch.log2(rep.clamp(min=EPS))).sum(dim=1)  # (Q,); empty slots add 0 * log(EPS) = 0
     return (rep.sum(dim=1) - 1) ** 2 + self_info / n_groups
 

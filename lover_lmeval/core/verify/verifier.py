@@ -16,7 +16,8 @@ from torch import nn
 from tqdm import tqdm
 
 from .fit_inputs import normalization_stats, normalized_inputs
-from .losses import sample_pairs, sample_representatives, score, total_loss
+from .fit_steps import FitSteps, make_optimizer
+from .losses import groups_checked, score, total_loss
 # Re-exported: scripts written against the fit's API import its config from here (`from ...verifier import
 # VerifierConfig, fit`).
 from .verifier_config import REGIMES, VerifierConfig, config_from_string  # noqa: F401
@@ -106,6 +107,9 @@ def _check_inputs(features, mask, groups, labels, answer_ids) -> None:
         f"answer_ids must be (Q, N) = {tuple(features.shape[:2])}, got {tuple(answer_ids.shape)}")
     if not mask.any():
         raise ValueError("mask selects no branch: nothing to train on")
+    real = groups[mask]  # checked here once: the training steps skip the loss terms' own check (groups_checked)
+    n = features.shape[1]
+    assert int(real.min()) >= 0 and int(real.max()) < n, f"group ids of real branches must lie in [0, N={n})"
     # 256 questions at a time: a whole-task boolean copy would cost what the streamed fit saves (fit_inputs.py)
     bad = sum(int((~torch.isfinite(features[q: q + 256][mask[q: q + 256]])).any(dim=(1, 2)).sum())
               for q in range(0, features.shape[0], 256))
@@ -124,46 +128,39 @@ def unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids) ->
     return {**terms, "total": float(total)}
 
 
-def _draw(groups, mask, gen) -> dict:
-    """One draw of group representatives and pairs for every question (kept across epochs: resample_every)."""
-    return {"reps": sample_representatives(groups, mask, gen), "pairs": sample_pairs(groups, mask, gen)}
-
-
-def _rows(draws: dict | None, idx: torch.Tensor) -> dict | None:
-    """The draws of the questions `idx` (each draw is a tuple of (Q, G) tensors)."""
-    return None if draws is None else {name: tuple(t[idx] for t in draw) for name, draw in draws.items()}
-
-
 def train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config, gen,
                   after_epoch: Callable[[int], bool] | None = None) -> list[dict] | None:
     """Optimise one initialisation; per-epoch mean loss terms, or None on a non-finite loss.
-    ``after_epoch(epoch)`` returning True stops early (dev-label selection, dev_select.py)."""
-    opt = torch.optim.AdamW(verifier.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    ``after_epoch(epoch)`` returning True stops early (dev-label selection, dev_select.py). The steps' shared work
+    is done once (fit_steps.py)."""
+    opt = make_optimizer(verifier, config)
     n_q = normalized.shape[0]
+    steps = FitSteps(normalized, mask, groups, labels, answer_ids, spec, config)
     history = []
     # resample_every=1 draws inside every step (total_loss); longer periods keep one draw, as the authors' code does
-    draws = _draw(groups, mask, gen) if config.resample_every > 1 else None
-    for epoch in range(config.epochs):
-        if draws is not None and epoch > 0 and (epoch + 1) % config.resample_every == 0:
-            draws = _draw(groups, mask, gen)
-        sums: dict[str, float] = {}
-        for idx in torch.randperm(n_q, generator=gen).to(normalized.device).split(config.batch_questions or n_q):
-            p_pos, p_neg = verifier.head(normalized[idx])
-            loss, terms = total_loss(p_pos, p_neg, mask[idx], groups[idx], spec, gen,
-                                     None if labels is None else labels[idx],
-                                     curriculum=0.0 if labels is not None else config.curriculum,
-                                     answer_ids=None if answer_ids is None else answer_ids[idx],
-                                     reduction=config.reduction, draws=_rows(draws, idx))
-            if not torch.isfinite(loss):
-                return None
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            for k, v in {**terms, "total": float(loss.detach())}.items():  # question-weighted epoch mean
-                sums[k] = sums.get(k, 0.0) + v * len(idx) / n_q
-        history.append({"epoch": epoch, **sums})
-        if after_epoch is not None and after_epoch(epoch):
-            break
+    draws = steps.draw(gen) if config.resample_every > 1 else None
+    with groups_checked():  # _check_inputs checked them once
+        for epoch in range(config.epochs):
+            if draws is not None and epoch > 0 and (epoch + 1) % config.resample_every == 0:
+                draws = steps.draw(gen)
+            sums: dict[str, float] = {}
+            # drawn even when a full batch goes in question order: the generator's stream, and so every later
+            # draw, stays what it always was
+            order = torch.randperm(n_q, generator=gen)
+            for idx in steps.batches(order):
+                loss, terms = steps.loss(verifier, idx, draws, gen)
+                total = float(loss.detach())
+                if not math.isfinite(total):
+                    return None
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                share = (n_q if idx is None else len(idx)) / n_q
+                for k, v in {**terms, "total": total}.items():  # question-weighted epoch mean
+                    sums[k] = sums.get(k, 0.0) + v * share
+            history.append({"epoch": epoch, **sums})
+            if after_epoch is not None and after_epoch(epoch):
+                break
     return history
 
 
@@ -185,6 +182,9 @@ def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
 
     Either way the kept restart is the one with the lowest final *unsupervised* loss
     (``config.losses`` on the whole training set), never one chosen by labels.
+
+    The fit runs on the device of ``features`` (the other tensors must be there too): a GPU when the caller puts the
+    features on the model's. Its training steps draw from CPU generators: the same draws on any device.
     """
     config = config if config is not None else VerifierConfig()
     _check_inputs(features, mask, groups, labels, answer_ids)
