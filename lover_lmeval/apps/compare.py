@@ -116,8 +116,11 @@ def table_from_samples(samples: list[dict], extract, metric: str = "exact_match"
     return table, ordered, gold, ids
 
 
-def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, config=None) -> dict[str, list[float]]:
-    """Majority and LoVer(sum) using only the first n branches, n = 1..N (verifier refit on them)."""
+def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, config=None,
+                  device=None) -> dict[str, list[float]]:
+    """Majority and LoVer(sum) using only the first n branches, n = 1..N (verifier refit on them, on `device`). The
+    point n = N is the test-time fit's inputs when every question has N branches: that fit is reused, not redone
+    (fit_cache.FITS, which only ever reuses a fit of identical inputs)."""
     # lazy: they load torch, and `lover compare --help` must not wait for it
     from ..core.results import LoverResult
     from ..core.verify.scoring import fit_on_results
@@ -127,7 +130,7 @@ def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, co
     curves = {"n": list(range(1, n_max + 1)), "majority": [], "lover_sum": []}
     for n in curves["n"]:
         subset = [LoverResult(r.branches[:n], r.stored_features[:n], None, r.layer) for r in results]
-        fit_on_results(subset, extract_name, config)
+        fit_on_results(subset, extract_name, config, device)
         for strategy in ("majority", "lover_sum"):
             curves[strategy].append(float(strategy_correct(subset, gold, strategy, extract).mean()))
     return curves
@@ -254,7 +257,8 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
                   for base in ("majority", "cot_sum") if base in table and lover_sum in table}
         distinct = float(np.mean([n_answer_groups([a.value if (a := stated_answer(extract, b)) else None
                                                    for b in r.branches]) for r in results]))
-        curves[task] = accuracy_vs_n(results, gold, extract, extract_name, pipeline.config.fit)
+        # on the model's device; the curve's last point reuses the test-time fit where its inputs are the same
+        curves[task] = accuracy_vs_n(results, gold, extract, extract_name, pipeline.config.fit, lm.model.device)
         unparsed, without = unparsed_counts(results, extract_name)
         report["tasks"][task] = {"extract": extract_name, "metric": metric, "rows": rows, "paired": paired,
                                  "distinct_answers": distinct, "unparsed_branches": unparsed,

@@ -104,6 +104,10 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     results, keep = _decode(lm, task, docs, apply_chat_template, gen_kwargs, banked_only, "training")
     docs = [docs[i] for i in keep]
     features, mask, groups, answers = batch_results(results, extract)
+
+    def on_model(*tensors):  # the fit runs where the model does (a GPU's minutes are a CPU's hours); None stays None
+        return [None if t is None else t.to(lm.model.device) for t in tensors]
+
     config = config_from_string(";".join([*([f"losses={losses}"] if losses else []), f"seed={seed}", fit_config]))
     losses = config.losses
     dev_ids, report_extra = None, {}
@@ -113,17 +117,19 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
         dev_features, dev_mask, dev_groups, dev_answers = batch_results(dev_results, extract)
         dev_labels = gold_labels(dev_answers, _gold(task, dev_docs, split, task_name), dev_mask.shape[1])
         if supervised:  # supervised[devK]: what the K labels buy when used directly
-            result = fit(dev_features, dev_mask, dev_groups, config, labels=dev_labels,
-                         answer_ids=answer_ids(dev_answers, dev_mask.shape[1]))
+            result = fit(*on_model(dev_features, dev_mask, dev_groups), config,
+                         *on_model(dev_labels, answer_ids(dev_answers, dev_mask.shape[1])))
         else:
-            result, report_extra = fit_with_dev(features, mask, groups, dev_features, dev_mask, dev_labels, config,
-                                                selection_from_string(dev_selection),
-                                                answer_ids(answers, mask.shape[1]))
+            result, report_extra = fit_with_dev(*on_model(features, mask, groups, dev_features, dev_mask, dev_labels),
+                                                config, selection_from_string(dev_selection),
+                                                *on_model(answer_ids(answers, mask.shape[1])))
         gold_used = len(dev_docs)
     else:
         labels = gold_labels(answers, _gold(task, docs, split, task_name), mask.shape[1]) if supervised else None
-        result = fit(features, mask, groups, config, labels=labels, answer_ids=answer_ids(answers, mask.shape[1]))
+        result = fit(*on_model(features, mask, groups), config,
+                     *on_model(labels, answer_ids(answers, mask.shape[1])))
         gold_used = len(docs) if supervised else 0
+    result.verifier.cpu()  # orientation, checkpoint and scores below read the CPU copies of the features
     orientation = None  # label-free, on the training branches; a supervised fit's sign is fixed by its labels
     if config.orient != "none" and not supervised and not n_dev:  # dev labels already chose the sign
         correlation = orient_fit(result.verifier, config.orient, results, extract, features, mask, answers)

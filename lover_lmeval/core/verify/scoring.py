@@ -20,7 +20,7 @@ from .fit_inputs import verifier_on
 from .losses import score
 from ..select.selection import select
 from ..stats import spearman
-from .verifier import fit
+from .fit_cache import FITS
 from .verifier_config import VerifierConfig
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def gold_labels(answers: list[list[str | None]], gold: list[str], width: int) ->
 def store_scores(results, verifier, features: torch.Tensor, name: str) -> None:
     """Score the results' padded features (Q, N, 2, D) and keep p+ / p- as `result.verifier_probs[name]`."""
     with torch.no_grad():
-        p_pos, p_neg = verifier_on(verifier, features)  # (Q, N) each
+        p_pos, p_neg = (p.cpu() for p in verifier_on(verifier, features))  # (Q, N) each; one copy off a GPU
     for q, result in enumerate(results):
         n = len(result.branches)
         result.verifier_probs[name] = torch.stack([p_pos[q, :n], p_neg[q, :n]], dim=-1).numpy()  # (N, 2)
@@ -107,8 +107,9 @@ def orient_by(verifier, features: torch.Tensor, mask: torch.Tensor, signal: torc
     """
     verifier.orientation.fill_(1.0)
     with torch.no_grad():
-        scores = score(*verifier_on(verifier, features))  # (Q, N)
-    correlation = spearman(scores[mask], signal[mask])
+        scores = score(*verifier_on(verifier, features)).cpu()  # (Q, N)
+    mask = mask.cpu()  # the signal comes from the results, on the CPU
+    correlation = spearman(scores[mask], signal.cpu()[mask])
     if correlation < 0:
         verifier.orientation.fill_(-1.0)
     return correlation
@@ -158,11 +159,16 @@ def top_pick(picks: list[str]) -> tuple[str, float] | None:
     return answer, count / answered.total()
 
 
-def fit_on_results(results, extract: str, config: VerifierConfig | None = None):
-    """Test-time fit: train label-free on these results' own branches, then score them in place."""
+def fit_on_results(results, extract: str, config: VerifierConfig | None = None,
+                   device: str | torch.device | None = None):
+    """Test-time fit: train label-free on these results' own branches, then score them in place. The fit runs on
+    `device` (the model's, e.g. a GPU; default the CPU, where the results' features are) and once per distinct input
+    in a process (fit_cache.FITS: `lover compare`'s refits on the test-time fit's inputs reuse it)."""
     config = config or VerifierConfig()
-    features, mask, groups, answers = batch_results(results, extract)
-    verifier = fit(features, mask, groups, config, answer_ids=answer_ids(answers, mask.shape[1])).verifier
+    features, mask, groups, answers = (t.to(device) if isinstance(t, torch.Tensor) and device is not None else t
+                                       for t in batch_results(results, extract))
+    ids = answer_ids(answers, mask.shape[1]).to(mask.device)
+    verifier = FITS.fit(features, mask, groups, config, answer_ids=ids).verifier
     if config.orient != "none":
         correlation = orient_fit(verifier, config.orient, results, extract, features, mask, answers)
         log.info("test-time fit: Spearman(score, %s) = %+.3f -> %s", config.orient, correlation,
