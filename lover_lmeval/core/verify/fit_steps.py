@@ -21,6 +21,9 @@ that represent no group (:class:`DrawRows`).
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
+
 import torch
 
 from .fit_inputs import NormalizedInputs
@@ -30,6 +33,28 @@ from .losses_authors import bucket_mean
 #: The representative reduction's terms that read probabilities only at the held draws' branches: the
 #: representatives' (all four) and the pairs' (intra); :class:`DrawRows` computes them on those rows alone.
 ROW_TERMS = ("nega", "intra", "inter", "inter_raw")
+
+
+#: A step whose probe input holds fewer floats than this runs on one CPU thread. Its matrix products are too small to
+#: gain from a second thread, and each op's fork and join cost more than the op: measured on a 2-core CPU shared with
+#: other jobs (load 3.5-4), a 40-question regime=authors fit took 71 s on torch's 2 threads and 2.5 s on one, and the
+#: straightforward loop before fit_steps.py 455 s and 23 s (run25_fit_speed.md). 40 questions x 10 branches x 2
+#: views x 576 dims is 0.46M floats; 400 questions (4.6M) keep torch's threads.
+ONE_THREAD_BELOW = 2**21
+
+
+@contextmanager
+def cpu_threads_for(step_floats: int, device: torch.device):
+    """One torch thread within the block when a step's input is small (ONE_THREAD_BELOW) on the CPU; restored after."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1 or step_floats >= ONE_THREAD_BELOW:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def make_optimizer(verifier: torch.nn.Module, config) -> torch.optim.Optimizer:
@@ -129,6 +154,12 @@ class FitSteps:
                         and config.reduction == "representative" and set(self.weights) <= set(ROW_TERMS))
         self.rows: DrawRows | None = None
         self.buckets = self.held.get("buckets")  # the inter-group terms' group counts and bucket weights
+
+    def step_floats(self) -> int:
+        """Floats of probe input in one step: the drawn rows (compact steps) or a batch's features."""
+        if self.rows is not None:
+            return self.rows.xa.numel() + self.rows.xb.numel()
+        return min(self.batch, self.normalized.shape[0]) * math.prod(self.normalized.shape[1:])
 
     def draw(self, gen: torch.Generator) -> dict:
         """A held draw of representatives and pairs for every question (reps first: the generator's order)."""

@@ -16,7 +16,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .fit_inputs import normalization_stats, normalized_inputs
-from .fit_steps import FitSteps, make_optimizer
+from .fit_steps import FitSteps, cpu_threads_for, make_optimizer
 from .losses import groups_checked, score, total_loss
 # Re-exported: scripts written against the fit's API import its config from here (`from ...verifier import
 # VerifierConfig, fit`).
@@ -139,7 +139,8 @@ def train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, 
     history = []
     # resample_every=1 draws inside every step (total_loss); longer periods keep one draw, as the authors' code does
     draws = steps.draw(gen) if config.resample_every > 1 else None
-    with groups_checked():  # _check_inputs checked them once
+    # _check_inputs checked the groups once; a small step runs on one CPU thread (fit_steps.ONE_THREAD_BELOW)
+    with groups_checked(), cpu_threads_for(steps.step_floats(), normalized.device):
         for epoch in range(config.epochs):
             if draws is not None and epoch > 0 and (epoch + 1) % config.resample_every == 0:
                 draws = steps.draw(gen)
