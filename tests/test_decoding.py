@@ -15,11 +15,11 @@ PROMPTS = ["Question: Tom has 3 apples and buys 4 more. How many apples?\nAnswer
 
 
 def _decode(model, tokenizer, mode="cot", n=4, max_new=12, stop=(), eos=None, prompts=PROMPTS, max_rows=None,
-            **kw):
+            sync_every=None, static_cache=False, **kw):
     ids = [tokenizer.encode(p) for p in prompts]
     eos_ids = {tokenizer.eos_token_id} if eos is None else eos
     return decode_branches(model, tokenizer, ids, DecodingConfig(n_branches=n, mode=mode, **kw), max_new,
-                           list(stop), eos_ids, tokenizer.pad_token_id, max_rows)
+                           list(stop), eos_ids, tokenizer.pad_token_id, max_rows, sync_every, static_cache)
 
 
 def _greedy(model, tokenizer, prompt, max_new):
@@ -181,6 +181,74 @@ def test_continuous_batching_gives_the_branches_of_each_question_decoded_alone(r
                     assert one.stats[name] == pytest.approx(other.stats[name], abs=1e-4 if mode == "cot" else 5e-4)
 
 
+
+def _same_caches(one, other):
+    for a, b in zip(one, other, strict=True):
+        assert a.prompt_length == b.prompt_length and a.length == b.length
+        for x, y in zip(a.keys + a.values, b.keys + b.values):
+            torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
+
+
+def test_blocks_of_steps_and_static_rows_decode_what_step_by_step_decoding_does(tiny_model, tokenizer):
+    """Five questions of 3 branches through 6 rows (questions join as others end); two tokens taken as EOS and a stop
+    string end branches at different steps. Against the default loop (a growing batch, one host transfer a step):
+    blocks of 3 or 16 steps (`sync_every`: tokens feed back on the device, rows end inside blocks), and static rows
+    (`static_cache`: a preallocated cache, questions placed in freed slots), also with blocks, and also with a cache of
+    just enough columns for the longest prompt and budget, so that its columns are compacted again and again. Every
+    branch (tokens, finish reason, margins, statistics) and its KV cache is the same: a row decoded on past its end is
+    cut where it ended, cache included."""
+    from lover_lmeval.core.decode.static import iter_static
+
+    free = _alone(tiny_model, tokenizer, "cot", 14, set())
+    eos = {free[0][1].token_ids[4], free[3][0].token_ids[7]}
+    text = free[2][0].text
+    stop = [text[len(text) // 2: len(text) // 2 + 2]]
+    assert stop[0].strip(), "pick a non-blank stop string"
+    kw = dict(n=3, max_new=14, eos=eos, stop=stop, prompts=QUESTIONS, max_rows=6)
+    steps, step_caches = _decode(tiny_model, tokenizer, sync_every=1, **kw)
+    reasons = {b.finish_reason for q in steps for b in q}
+    assert reasons == {"eos", "stop", "length"}, reasons
+
+    def tight(sync):  # L = longest prompt + budget + 1 columns: the least static rows can decode in
+        prompts = [tokenizer.encode(q) for q in QUESTIONS]
+        out = {q: (b, c) for q, b, c in iter_static(tiny_model, tokenizer, prompts, DecodingConfig(n_branches=3), 14,
+                                                     stop, eos, tokenizer.pad_token_id, 6, sync,
+                                                     columns=max(map(len, prompts)) + 15)}
+        return [out[q][0] for q in range(len(prompts))], [out[q][1] for q in range(len(prompts))]
+
+    variants = {"blocks of 3": lambda: _decode(tiny_model, tokenizer, sync_every=3, **kw),
+                "blocks of 16": lambda: _decode(tiny_model, tokenizer, sync_every=16, **kw),
+                "static": lambda: _decode(tiny_model, tokenizer, sync_every=1, static_cache=True, **kw),
+                "static, blocks of 3": lambda: _decode(tiny_model, tokenizer, sync_every=3, static_cache=True, **kw),
+                "static, tight": lambda: tight(1), "static, tight, blocks of 4": lambda: tight(4)}
+    for name, run in variants.items():
+        branches, caches = run()
+        for q_steps, q_other, c_steps, c_other in zip(steps, branches, step_caches, caches, strict=True):
+            assert [b.token_ids for b in q_other] == [b.token_ids for b in q_steps], name
+            assert [b.finish_reason for b in q_other] == [b.finish_reason for b in q_steps], name
+            for one, other in zip(q_steps, q_other):
+                assert one.margins == pytest.approx(other.margins, abs=1e-5), name
+                for stat in STAT_NAMES:
+                    assert one.stats[stat] == pytest.approx(other.stats[stat], abs=1e-4), name
+            _same_caches(c_steps, c_other)
+
+
+def test_a_block_of_steps_reaches_the_host_in_one_transfer(tiny_model, tokenizer, monkeypatch):
+    """One question, 2 branches, a budget of 12 tokens, no end before it: the prefill's first tokens, then 11 steps.
+    Step by step, 1 + 11 = 12 transfers; in blocks of 4, 1 + 3 (4 + 4 + 3 steps: no row passes its budget). Sampling
+    transfers every step whatever the setting: a question's draws depend on which of its rows still decode."""
+    from lover_lmeval.core.decode import rows
+
+    transfers = []
+    real = rows.to_host
+    monkeypatch.setattr(rows, "to_host", lambda packed: transfers.append(packed.shape[1]) or real(packed))
+    for mode, sync_every, expected in [("cot", 1, [1] * 12), ("cot", 4, [1, 4, 4, 3]), ("sample", 4, [1] * 12)]:
+        transfers.clear()
+        branches, _ = _decode(tiny_model, tokenizer, mode, n=2, max_new=12, eos=set(), prompts=PROMPTS[:1],
+                              sync_every=sync_every)
+        assert transfers == expected, (mode, sync_every)
+        assert [len(b.token_ids) for b in branches[0]] == [12, 12]
+
 def test_finished_rows_are_refilled_and_the_row_budget_holds(tiny_model, tokenizer):
     """Question 0's branches end after their first token (it is EOS here); with 6 rows for 3-branch questions, the
     third question takes those rows at once, so questions 1 and 2 decode side by side: 11 steps for all three
@@ -214,9 +282,11 @@ def test_row_budget_below_one_question_is_refused_before_decoding():
 def test_continuous_batching_reproduces_a_committed_bank_of_the_real_model(smollm2_dir, tokenizer):
     """The real SmolLM2-135M (fp32) on four banked GSM8K test prompts (`benchmarks/banks/smollm2-135m-instruct/`,
     decoded batch by batch, 10 questions a batch, before continuous batching existed), now through 20 rows: two
-    questions decode at a time and the others join as rows free up. The record keys are recomputed from these
-    settings (so the bank was decoded with them) and every branch comes back token for token, with the same finish
-    reason and margins. The four are the bank's shortest (longest branch 89-145 tokens), to keep the test short."""
+    questions decode at a time and the others join as rows free up; and the shortest on static rows
+    (`static_cache`, the fixed rows a CUDA graph can capture) in blocks of 8 steps (`sync_every`). The record keys
+    are recomputed from these settings (so the bank was decoded with them) and every branch comes back token for
+    token, with the same finish reason and margins. The four are the bank's shortest (longest branch 89-145 tokens),
+    to keep the test short."""
     from dataclasses import asdict
 
     from transformers import AutoModelForCausalLM
@@ -234,13 +304,21 @@ def test_continuous_batching_reproduces_a_committed_bank_of_the_real_model(smoll
     settings = {"decoding": asdict(config), "until": until, "max_gen_toks": 256}
     assert [record_key(identity, r["prompt_ids"], settings) for r in records] == [r["key"] for r in records]
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
-    branches, _ = decode_branches(model, tokenizer, [r["prompt_ids"] for r in records], config, 256, until,
-                                  Pipeline(model, tokenizer).eos_ids(), tokenizer.pad_token_id, max_rows=20)
+    eos_ids = Pipeline(model, tokenizer).eos_ids()
+    branches, _ = decode_branches(model, tokenizer, [r["prompt_ids"] for r in records], config, 256, until, eos_ids,
+                                  tokenizer.pad_token_id, max_rows=20)
+    # The shortest again on static rows, in blocks of 8 steps: what a GPU run would use.
+    static, _ = decode_branches(model, tokenizer, [records[0]["prompt_ids"]], config, 256, until, eos_ids,
+                                tokenizer.pad_token_id, max_rows=10, sync_every=8, static_cache=True)
     for record, q_branches in zip(records, branches):
         assert [b.token_ids for b in q_branches] == [b["token_ids"] for b in record["branches"]]
         assert [b.finish_reason for b in q_branches] == [b["finish_reason"] for b in record["branches"]]
         for branch, banked in zip(q_branches, record["branches"]):
             assert branch.margins == pytest.approx(banked["margins"], abs=1e-4)
+    assert [b.token_ids for b in static[0]] == [b["token_ids"] for b in records[0]["branches"]]
+    assert [b.finish_reason for b in static[0]] == [b["finish_reason"] for b in records[0]["branches"]]
+    for branch, banked in zip(static[0], records[0]["branches"]):
+        assert branch.margins == pytest.approx(banked["margins"], abs=1e-4)
 
 
 def test_each_question_samples_from_its_own_seed(tiny_model, tokenizer):
@@ -252,7 +330,7 @@ def test_each_question_samples_from_its_own_seed(tiny_model, tokenizer):
 
     from lover_lmeval.core.store.bank import record_key
     from lover_lmeval.core.config import LoverConfig
-    from lover_lmeval.core.decode.decoding import question_seed
+    from lover_lmeval.core.decode.sampling import question_seed
     from lover_lmeval.core.pipeline import Pipeline
 
     assert question_seed(1234, [1, 2, 3]) == question_seed(1234, [1, 2, 3]) != question_seed(1234, [1, 2, 4])

@@ -54,6 +54,9 @@ MODEL_ARGS = {
     "seed": ("decoding", "seed", int),
     "continuous_batching": ("batching", "continuous", _flag),
     "max_rows": ("batching", "max_rows", _optional_int),
+    "sync_every": ("batching", "sync_every", _optional_int),
+    "static_cache": ("batching", "static_cache", _flag),
+    "compile_step": ("batching", "compile_step", _flag),
     "layer": ("features", "layer", _optional_int),
     "extra_layers": ("features", "extra_layers", _layers),
     "true_template": ("features", "true_template", str),
@@ -82,11 +85,18 @@ class LoverConfig:
     bank: BankConfig = field(default_factory=BankConfig)
     """Where decoded branches and features are kept (bank, bank_only, feature_cache)."""
     batching: BatchingConfig = field(default_factory=BatchingConfig)
-    """How questions share the decoding batch (continuous_batching, max_rows)."""
+    """How questions share the decoding batch (continuous_batching, max_rows, sync_every, static_cache,
+    compile_step)."""
 
     def __post_init__(self):
         if self.batching.max_rows is not None:  # fewer rows than one question's branches can never decode
             self.batching.rows(1, self.decoding.n_branches)
+        if self.batching.static_cache and self.decoding.mode != "cot":
+            raise ValueError(f"static_cache=true decodes decoding=cot only, not decoding={self.decoding.mode}; drop "
+                             "static_cache=true.")
+        if self.batching.compile_step and not self.batching.static_cache:
+            raise ValueError("compile_step=true compiles the step of static rows; add static_cache=true (the growing "
+                             "batch changes shapes every step) or drop compile_step=true.")
 
     @classmethod
     def from_model_args(cls, args: dict) -> tuple[LoverConfig, dict]:

@@ -27,6 +27,7 @@ from .store.bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBa
 from .verify.checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
 from .config import LoverConfig
 from .decode.decoding import DecodingConfig, iter_branches
+from .decode.static import check_static
 from .decode.features import assertion_features, features_from_tokens, stats_from_tokens
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
@@ -42,6 +43,8 @@ class Pipeline:
         self.model, self.tokenizer = model, tokenizer
         self.config = config or LoverConfig()
         self.layers = self.config.features.layers(model.config.num_hidden_layers)  # [layer, *extra_layers]
+        if self.config.batching.static_cache:  # a model whose cache static rows cannot hold: said before decoding
+            check_static(model, self.config.decoding.mode)
         self.template_ids = [tokenizer.encode(t, add_special_tokens=False) for t in self.config.features.templates]
         self.identity = {  # what a checkpoint's features were taken from (checked when one is loaded)
             "model": model_name or model_identity(str(model.config.name_or_path), None, None),
@@ -166,7 +169,9 @@ class Pipeline:
             # decoding), featurised from its KV caches, which are then freed.
             for q, q_branches, q_caches in iter_branches(self.model, self.tokenizer, [prompts[i] for i in todo],
                                                          self.config.decoding, max_gen_toks, until, self.eos_ids(),
-                                                         pad_id, max_rows):
+                                                         pad_id, max_rows, self.config.batching.sync_every,
+                                                         self.config.batching.static_cache,
+                                                         self.config.batching.compile_step):
                 if self.bank is not None:
                     self.bank.add(keys[todo[q]], q_branches, prompt_ids=prompts[todo[q]])
                 q_features = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layers)

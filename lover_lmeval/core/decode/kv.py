@@ -90,10 +90,11 @@ class RowBatch:
         """Rows of another length can join only plain growing layers (not sliding windows or quantised ones)."""
         return all(type(layer) is DynamicLayer for layer in self.cache.layers)
 
-    def snapshot(self, row: int, prompt_length: int) -> BranchCache:
-        """Row `row`'s own columns, padding dropped."""
+    def snapshot(self, row: int, prompt_length: int, length: int | None = None) -> BranchCache:
+        """Row `row`'s own columns (the first `length` of them: a row decoded on past its end keeps more), padding
+        dropped."""
         pad = self.width - int(self.mask[row].sum())
-        return snapshot(self.cache, row, prompt_length, start=pad)
+        return snapshot(self.cache, row, prompt_length, start=pad, end=None if length is None else pad + length)
 
     def select(self, keep: list[int]) -> None:
         """Keep only rows `keep`, in that order."""

@@ -1,0 +1,183 @@
+"""CoT-decoding on a fixed set of rows: a preallocated KV cache (transformers' `StaticCache`) whose shapes never change
+from step to step, so that a step can be compiled and captured as a CUDA graph (`BatchingConfig.static_cache`).
+
+decoding.py's loop grows its batch's cache by one column a step, drops the rows of a finished question and
+concatenates the next question's; every shape changes, and each step launches its kernels from Python anew. Here the
+cache holds R rows x L columns from the start. Every row writes the step's token into the same column c (the cache's
+own write position); a row's own tokens are the `lengths[s]` columns before c, its attention mask hides every other
+column, and its position ids are its own, so it computes what it would alone. A question's N branches take N free rows
+("slots") in place, their prefill (still run as one dynamic batch of its own) copied into the columns ending at c. A
+finished row only frees its slot; idle slots keep computing (one column of their own, masked from everything else).
+When c reaches L, or a joining prompt is longer than c, the columns are shifted left or right at once ("compaction",
+outside the step): rows end at c together, so one slice moves them all.
+
+Only `cot` runs here (sampling's per-question draws need the live rows grouped; decoding.py keeps it), and only
+models whose every cache layer is a plain `StaticLayer` (no sliding windows).
+
+Dimensions: R rows (slots), L cache columns, H kv heads, E head dim, V vocabulary, Q*N joining rows, P their width.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterator
+
+import torch
+from transformers import StaticCache
+from transformers.cache_utils import StaticLayer
+
+from . import rows as step_rows
+from .branch import Branch, make_branch
+from .kv import BranchCache, RowBatch, input_device, with_cache
+from .rows import Row, pack, prefill
+from .token_stats import stats_dict
+
+
+class StaticRows:
+    """R slots x L columns of KV cache, one write column `c` shared by every slot, and per slot its mask row, the
+    token it feeds next and that token's position (all on the device, updated in place: a captured step reads them
+    at fixed addresses)."""
+
+    def __init__(self, model, slots: int, columns: int, compiled: bool = False):
+        self.model, self.columns, self.c = model, columns, 0
+        device = input_device(model)
+        # Every step has the same shapes and reads its inputs and the cache at fixed addresses: compiled once, and on
+        # a GPU captured as a CUDA graph ("reduce-overhead"), replayed each step with one launch.
+        self.forward = torch.compile(model, mode="reduce-overhead" if device.type == "cuda" else None,
+                                     dynamic=False) if compiled else model
+        self.cache = StaticCache(config=model.config, max_cache_len=columns)
+        self.mask = torch.zeros((slots, columns), dtype=torch.long, device=device)  # (R, L)
+        self.feed = torch.zeros((slots, 1), dtype=torch.long, device=device)  # (R, 1)
+        self.positions = torch.zeros((slots, 1), dtype=torch.long, device=device)  # (R, 1)
+        self.live = torch.zeros((slots, 1), dtype=torch.long, device=device)  # (R, 1): 1 where a branch decodes
+        self.lengths: dict[int, int] = {}
+        """Per live slot, its own columns (prompt and fed tokens): the `lengths[s]` before c."""
+
+
+    def place(self, joining: RowBatch, slots: list[int], first: torch.Tensor, prompt_lengths: list[int]) -> None:
+        """Copy a prefill's rows (its cache and mask, (Q*N, H, P, E) and (Q*N, P)) into `slots`, ending at column c;
+        `first` (Q*N,) are their first tokens, fed next at the position right after each prompt."""
+        width = joining.width
+        if width > self.c:
+            self._shift(width)
+        index = torch.tensor(slots, device=self.mask.device)
+        for mine, theirs in zip(self.cache.layers, joining.cache.layers):
+            if not mine.is_initialized:  # allocated on the first prefill's device and dtype, per layer
+                shape = (self.mask.shape[0], *theirs.keys.shape[1:])
+                mine.lazy_initialization(theirs.keys.new_zeros(shape), theirs.values.new_zeros(shape))
+            mine.keys[index.to(mine.keys.device), :, self.c - width: self.c] = theirs.keys
+            mine.values[index.to(mine.keys.device), :, self.c - width: self.c] = theirs.values
+        self.mask[index] = 0
+        self.mask[index, self.c - width: self.c] = joining.mask
+        self.feed[index, 0] = first
+        self.positions[index, 0] = torch.tensor(prompt_lengths, device=self.mask.device)
+        self.live[index] = 1
+        self.lengths.update(zip(slots, prompt_lengths))
+
+    def step(self) -> torch.Tensor:
+        """One token for every slot, written at column c: (R, V) float32 logits of the next token."""
+        if self.c == self.columns:
+            self._shift(max(self.lengths.values(), default=0))
+        self.mask[:, self.c] = 1  # each slot attends to the token it feeds (an idle one to that alone)
+        for layer in self.cache.layers:
+            layer.cumulative_length.fill_(self.c)
+        out = self.forward(input_ids=self.feed, attention_mask=self.mask, position_ids=self.positions,
+                           use_cache=True, cache_position=torch.tensor([self.c], device=self.mask.device),
+                           **with_cache(self.model, self.cache))
+        self.c += 1
+        self.positions += self.live  # an idle slot stays at position 0
+        self.lengths = {slot: length + 1 for slot, length in self.lengths.items()}
+        return out.logits[:, -1].float()
+
+    def snapshot(self, slot: int, prompt_length: int, length: int) -> BranchCache:
+        """Slot `slot`'s first `length` own columns (prompt and fed tokens), copied out."""
+        start = self.c - self.lengths[slot]
+        return BranchCache(prompt_length,
+                           [layer.keys[slot, :, start: start + length].clone() for layer in self.cache.layers],
+                           [layer.values[slot, :, start: start + length].clone() for layer in self.cache.layers])
+
+    def free(self, slot: int) -> None:
+        self.mask[slot] = 0
+        self.live[slot] = 0
+        self.positions[slot] = 0
+        del self.lengths[slot]
+
+    def _shift(self, new_c: int) -> None:
+        """Move every slot's own columns (all end at c) to end at `new_c`: left when c reached L, right for a
+        prompt wider than c. One slice of the widest row moves them all; the columns it leaves are masked."""
+        if new_c >= self.columns:
+            raise RuntimeError(f"static decoding needs {new_c + 1} cache columns but has {self.columns}")
+        width = min(max(self.lengths.values(), default=0), self.c, new_c)
+        source, target = slice(self.c - width, self.c), slice(new_c - width, new_c)
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.keys[:, :, target] = layer.keys[:, :, source].clone()
+                layer.values[:, :, target] = layer.values[:, :, source].clone()
+        kept = self.mask[:, source].clone()
+        self.mask.zero_()
+        self.mask[:, target] = kept
+        self.c = new_c
+
+
+def check_static(model, mode: str) -> None:
+    """Refuse, naming why, what static rows cannot decode (before any decoding)."""
+    if mode != "cot":
+        raise ValueError(f"static_cache=true decodes decoding=cot only, not decoding={mode}: sampling's "
+                         "per-question draws need the live rows grouped; drop static_cache=true.")
+    kinds = {type(layer).__name__ for layer in StaticCache(config=model.config, max_cache_len=1).layers}
+    if kinds != {StaticLayer.__name__}:
+        raise ValueError(f"static_cache=true needs plain cache layers, but {type(model).__name__} has "
+                         f"{sorted(kinds)} (a sliding window keeps other columns than ours); drop static_cache=true.")
+
+
+@torch.inference_mode()
+def iter_static(model, tokenizer, prompts: list[list[int]], config, max_new_tokens: int, stop: list[str],
+                eos_ids: set[int], pad_id: int, max_rows: int, sync: int, compiled: bool = False,
+                columns: int | None = None) -> Iterator[tuple[int, list[Branch], list[BranchCache]]]:
+    """decoding.iter_branches on static rows (`cot` only): the same branches, margins, statistics and caches, question
+    by question as each ends. `columns` (L) defaults to twice the longest prompt plus budget, so compaction is rare.
+    `compiled`: the step through `torch.compile` (BatchingConfig.compile_step)."""
+    n = config.n_branches
+    columns = columns or 2 * (max(len(p) for p in prompts) + max_new_tokens + 1)
+    state = StaticRows(model, max_rows, columns, compiled)
+    queue, free = deque(range(len(prompts))), list(range(max_rows))
+    slots: dict[int, Row] = {}  # slot -> the branch decoding there
+    done: dict[int, dict[int, tuple[Branch, BranchCache]]] = defaultdict(dict)
+    while queue or slots:
+        admitted = []
+        while queue and len(free) >= (len(admitted) + 1) * n:
+            admitted.append(queue.popleft())
+        if admitted:
+            joining, new_rows, first = prefill(model, prompts, admitted, config, pad_id, {})
+            taken, free = free[:len(new_rows)], free[len(new_rows):]
+            state.place(joining, taken, first, [len(prompts[row.q]) for row in new_rows])
+            del joining
+            slots.update(zip(taken, new_rows))
+        for slot, row in sorted(slots.items()):
+            reason = row.take_pending(tokenizer, stop, eos_ids, max_new_tokens)
+            if reason is None:
+                continue
+            branch = make_branch(tokenizer, row.ids, row.margins, stop, reason, stats_dict(row.stats))
+            prompt_length = len(prompts[row.q])
+            done[row.q][row.k] = branch, state.snapshot(slot, prompt_length, prompt_length + len(row.ids) - 1)
+            del slots[slot]
+            state.free(slot)
+            free.append(slot)
+            if len(done[row.q]) == n:
+                finished = done.pop(row.q)
+                yield row.q, [finished[k][0] for k in range(n)], [finished[k][1] for k in range(n)]
+                del finished
+        free.sort()
+        if not slots or (queue and len(free) >= n):
+            continue  # admit the next questions before the step, so no slot idles through it
+        steps = min(sync, min(max_new_tokens - len(row.ids) for row in slots.values()))
+        packed = []
+        for _ in range(steps):
+            logits = state.step()  # (R, V)
+            probs = logits.softmax(-1)
+            state.feed[:, 0] = probs.argmax(-1)
+            packed.append(pack(state.feed[:, 0], probs, logits))  # (R, 6)
+        live = sorted(slots)
+        blocks = step_rows.to_host(torch.stack(packed, dim=1)[torch.tensor(live, device=state.mask.device)])
+        for slot, block in zip(live, blocks):  # (live slots, steps, 6)
+            slots[slot].pending = block
