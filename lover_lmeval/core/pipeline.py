@@ -256,7 +256,7 @@ class Pipeline:
     def fit(self, results: list[LoverResult], task: str | None = None):
         """Test-time fit: label-free on these results' own branches; stores the `lover` scores and warns when the
         fit is degenerate. Returns the verifier."""
-        verifier = fit_on_results(results, extract=self.extract, config=self.config.fit)
+        verifier = fit_on_results(results, extract=self.extract, config=self.config.fit, device=self.model.device)
         digest, name = tensors_sha256(verifier.state_dict()), task or "this run"
         self.fits[name] = {"questions": len(results), "extract": self.extract, "fit_config": asdict(self.config.fit),
                            "verifier_tensors_sha256": digest}
