@@ -1,8 +1,10 @@
 """Every lm-eval flag a user passes to lover_hf is honoured or refused by name, on the real `lm_eval` CLI.
 
-Each row runs `lm_eval --model lover_hf` on the embedded SmolLM2 (1 question, 2 branches, 8 tokens) with one flag and
-asserts what the run recorded (the results file's provenance, the log, the logged prompt), or that it stopped before
-decoding with one line `lover_hf: error: ...` naming the value and no traceback.
+Each honoured row runs `lm_eval --model lover_hf` on the embedded SmolLM2 (1 question, 2 branches, 8 tokens) with one
+flag and asserts what the run recorded (the results file's provenance, the log, the logged prompt). Each refused row
+runs lm-eval's command-line entry point in this process and asserts that it stopped before decoding with an error
+naming the value; one of them runs the real command too, which prints one line `lover_hf: error: ...` and no
+traceback.
 """
 
 from __future__ import annotations
@@ -86,14 +88,40 @@ def test_flag_is_honoured(tmp_path, smollm2_dir, flag):
     check(results, samples, done.stdout + done.stderr)
 
 
-@pytest.mark.parametrize("flag", list(REFUSED))
-def test_flag_is_refused_in_one_line(tmp_path, smollm2_dir, flag):
-    model_args, flags, message = REFUSED[flag]
+def test_a_refused_flag_stops_the_real_command_in_one_line(tmp_path, smollm2_dir):
+    """The `lm_eval` command itself: a refusal is its last line, `lover_hf: error: ...`, with no traceback."""
+    model_args, flags, message = REFUSED["a gen_kwarg lover_hf lacks"]
     done, results, _ = _lm_eval(tmp_path, model_args, *flags)
     assert done.returncode != 0 and results is None
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("lover_hf: error: ") and message in last, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("flag", list(REFUSED))
+def test_flag_is_refused_before_decoding(tmp_path, smollm2_dir, monkeypatch, flag):
+    """Each refusal through lm-eval's own command-line entry point, in this process (the command's one-line output
+    is the test above's): the run stops with a LoverUsageError naming the value, before any question is decoded and
+    before any results file is written."""
+    from lm_eval.__main__ import cli_evaluate
+
+    from lover_lmeval.harness.model_args import LoverUsageError
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoding started before the refusal")
+
+    model_args, flags, message = REFUSED[flag]
+    out = tmp_path / "out"
+    gen_kwargs = [] if "--gen_kwargs" in flags else ["--gen_kwargs", "max_gen_toks=8"]
+    # argv[0] is not `lm_eval`: the one-line excepthook (for the real command) stays out of this process.
+    monkeypatch.setattr(sys, "argv", ["in-process", "--model", "lover_hf", "--model_args", model_args, "--tasks",
+                                      "lover_gsm8k", "--limit", "1", "--output_path", str(out), *flags, *gen_kwargs])
+    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LoverUsageError) as error:
+        cli_evaluate()
+    assert message in str(error.value), str(error.value)
+    assert not out.exists()
 
 
 def test_an_empty_prompt_is_refused_before_decoding_naming_its_document():
