@@ -19,6 +19,7 @@ Dimensions: R rows (slots), L cache columns, H kv heads, E head dim, V vocabular
 
 from __future__ import annotations
 
+import inspect
 from collections import defaultdict, deque
 from collections.abc import Iterator
 
@@ -31,6 +32,10 @@ from .branch import Branch, make_branch
 from .kv import BranchCache, RowBatch, input_device, with_cache
 from .rows import Row, pack, prefill
 from .token_stats import stats_dict
+
+
+#: what StaticLayer.lazy_initialization takes: the keys and values (transformers >= 5), or the keys alone (4.x)
+_INIT_ARGS = 2 if "value_states" in inspect.signature(StaticLayer.lazy_initialization).parameters else 1
 
 
 class StaticRows:
@@ -62,9 +67,9 @@ class StaticRows:
             self._shift(width)
         index = torch.tensor(slots, device=self.mask.device)
         for mine, theirs in zip(self.cache.layers, joining.cache.layers):
-            if not mine.is_initialized:  # allocated on the first prefill's device and dtype, per layer
+            if mine.keys is None:  # allocated on the first prefill's device and dtype, per layer
                 shape = (self.mask.shape[0], *theirs.keys.shape[1:])
-                mine.lazy_initialization(theirs.keys.new_zeros(shape), theirs.values.new_zeros(shape))
+                mine.lazy_initialization(*[theirs.keys.new_zeros(shape), theirs.values.new_zeros(shape)][:_INIT_ARGS])
             mine.keys[index.to(mine.keys.device), :, self.c - width: self.c] = theirs.keys
             mine.values[index.to(mine.keys.device), :, self.c - width: self.c] = theirs.values
         self.mask[index] = 0
@@ -80,7 +85,8 @@ class StaticRows:
             self._shift(max(self.lengths.values(), default=0))
         self.mask[:, self.c] = 1  # each slot attends to the token it feeds (an idle one to that alone)
         for layer in self.cache.layers:
-            layer.cumulative_length.fill_(self.c)
+            if hasattr(layer, "cumulative_length"):  # transformers >= 5 writes there; older ones at cache_position
+                layer.cumulative_length.fill_(self.c)
         out = self.forward(input_ids=self.feed, attention_mask=self.mask, position_ids=self.positions,
                            use_cache=True, cache_position=torch.tensor([self.c], device=self.mask.device),
                            **with_cache(self.model, self.cache))
@@ -110,7 +116,7 @@ class StaticRows:
         width = min(max(self.lengths.values(), default=0), self.c, new_c)
         source, target = slice(self.c - width, self.c), slice(new_c - width, new_c)
         for layer in self.cache.layers:
-            if layer.is_initialized:
+            if layer.keys is not None:
                 layer.keys[:, :, target] = layer.keys[:, :, source].clone()
                 layer.values[:, :, target] = layer.values[:, :, source].clone()
         kept = self.mask[:, source].clone()
