@@ -299,21 +299,21 @@ def stats_overhead(args, model, tok, prompts, cfg, until, eos_ids, pad_id, info,
     zeros instead of `step_stats` (same shapes, same one transfer per step). Branches must come out the same."""
     import torch
 
-    from lover_lmeval.core.decode import decoding
+    from lover_lmeval.core.decode import decoding, rows
 
-    real = decoding.step_stats
+    real = rows.step_stats
     arms: dict[str, list[float]] = {"with_stats": [], "without_stats": []}
     tokens = {}
     for _ in range(args.stats_ab):
         for arm in arms:
-            decoding.step_stats = real if arm == "with_stats" else (
+            rows.step_stats = real if arm == "with_stats" else (
                 lambda logits, chosen, probs=None: torch.zeros(*chosen.shape, 4, device=chosen.device))
             try:
                 (branches, _), seconds = timed(decoding.decode_branches, model, tok, prompts, cfg,
                                                args.max_new_tokens, until, eos_ids, pad_id,
                                                max_rows=args.batch_size * args.n_branches)
             finally:
-                decoding.step_stats = real
+                rows.step_stats = real
             arms[arm].append(seconds)
             tokens[arm] = [b.token_ids for q in branches for b in q]
             print(f"[bench] {arm}: {seconds:.1f}s", flush=True)

@@ -1,0 +1,57 @@
+#!/bin/bash
+# The device side of run 26 (GPU decode), run 18 A's harness: one verb a tool call (each call re-syncs the
+# repository copy, so everything lives under $W): setup (wheels, data, banks, piece 0, a check that the stack imports
+# and sees the GPU), piece NN, launch SECONDS (assemble and verify the 1.5B GGUF, start job.sh detached, then wait),
+# wait SECONDS; launch and wait copy the JSONs, profiles and logs into $OUT when the job ends (or fails) or SECONDS
+# pass. The pieces and wheels are made as in run 18 (its file says how); STEPS (job.sh's): model sizes, default 1.5b.
+W=/root/w; SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+export PYTHONPATH=$W/site:$W/repo LOVER_DATA_DIR=$W/data LOVER_CACHE_DIR=$W/cache HF_HUB_OFFLINE=1 \
+  HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+collect() {  # at most 8 files back: the two banks, one tarball of logs/JSONs, one of checkpoints
+  cp $W/out/*.json $W/out/*.txt "$OUT/" 2>/dev/null
+  tar -czf "$OUT/logs.tar.gz" --exclude=out/ckpt -C $W out
+  true
+  ls -la "$OUT"; tail -5 $W/out/job.log
+}
+wait_job() {  # until the job ends or $1 seconds pass, printing progress every minute
+  local end=$(( $(date +%s) + $1 )) i=0
+  while [ $(date +%s) -lt $end ] && ! grep -q "=== .* \(done\|FAILED\)$" $W/out/job.log 2>/dev/null \
+      && pgrep -f gpu_run26/job.sh > /dev/null; do
+    sleep 5; i=$((i + 1))
+    [ $((i % 12)) -eq 0 ] && { date -u +%T; tail -n1 $W/out/job.log; tail -qn1 $W/out/*.log 2>/dev/null | cut -c1-160; }
+  done
+  collect
+}
+case $1 in
+  setup)
+    mkdir -p $W/p $W/site $W/out
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site .whl/*.whl || exit 1
+    cp -r .gpu/data .gpu/banks $W/ && cp .gpu/p00 $W/p/
+    # lover_lmeval's start-up hook (its .pth in a pip install) registers the lover_* tasks; here the package is on
+    # PYTHONPATH only, so a sitecustomize there imports the hook, after any sitecustomize the image already has
+    printf '%s\n' 'import os, sys' 'for _p in sys.path:' \
+      '    _f = os.path.join(_p, "sitecustomize.py")' \
+      '    if os.path.abspath(_p) != os.path.dirname(os.path.abspath(__file__)) and os.path.isfile(_f):' \
+      '        exec(compile(open(_f).read(), _f, "exec")); break' \
+      'import lover_lmeval.harness.autoload' > $W/site/sitecustomize.py
+    mkdir -p $W/repo && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
+    nvidia-smi -L; nproc; free -g | head -2
+    cd $W/repo && python3 -c "
+import torch, transformers, lm_eval, gguf, datasets
+print(torch.__version__, transformers.__version__, datasets.__version__, torch.cuda.get_device_name(0))
+from lm_eval.tasks import TaskManager
+from lover_lmeval.harness.model import LoverLM
+import lover_lmeval.apps.cli
+t = TaskManager().load(['lover_gsm8k'])['tasks']['lover_gsm8k']
+print('test docs', len(list(t.test_docs())), 'train docs', len(list(t.training_docs())))" 2>&1 | grep -v Warning | tail -5 ;;
+  piece)
+    cp .gpu/p$2 $W/p/ && ls $W/p | wc -l && du -cb $W/p | tail -1 ;;
+  launch)
+    rm -rf $W/repo && mkdir -p $W/repo $W/m && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ \
+      && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
+    cat $W/p/p?? > $W/m/q15.gguf && echo "$SHA  $W/m/q15.gguf" | sha256sum -c || exit 1
+    STEPS="${STEPS:-1.5b}" PY=python3 R=$W/repo G=$W/m/q15.gguf O=$W/out setsid nohup bash $W/repo/benchmarks/results/gpu_run26/job.sh \
+      > $W/out/job.log 2>&1 < /dev/null &
+    sleep 2; wait_job $2 ;;
+  wait) wait_job $2 ;;
+esac
