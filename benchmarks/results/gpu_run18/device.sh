@@ -1,57 +1,7 @@
 #!/bin/bash
-# The device side of RESULTS run 18 A, one verb a tool call (each call re-syncs the repository copy, so everything
-# lives under $W): setup (wheels, data, banks, piece 0, a check that the stack imports and sees the GPU), piece NN,
-# launch SECONDS (assemble and verify the GGUF, start job.sh detached, then wait), wait SECONDS; launch and wait
-# copy the banks, logs and checkpoints into $OUT when the job ends (or fails) or SECONDS pass. STEPS (job.sh's)
-# passes through: `STEPS=arms bash .../device.sh launch 480` runs only the test-time arms.
-W=/root/w; SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
-export PYTHONPATH=$W/site:$W/repo LOVER_DATA_DIR=$W/data LOVER_CACHE_DIR=$W/cache HF_HUB_OFFLINE=1 \
-  HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-collect() {  # at most 8 files back: the two banks, one tarball of logs/JSONs, one of checkpoints
-  cp $W/banks/lover_gsm8k-test.jsonl.gz $W/banks/lover_gsm8k-train.jsonl.gz "$OUT/"
-  tar -czf "$OUT/logs.tar.gz" --exclude=out/ckpt -C $W out
-  [ -d $W/out/ckpt ] && tar -czf "$OUT/ckpt.tar.gz" -C $W/out ckpt
-  ls -la "$OUT"; tail -5 $W/out/job.log
-}
-wait_job() {  # until the job ends or $1 seconds pass, printing progress every minute
-  local end=$(( $(date +%s) + $1 )) i=0
-  while [ $(date +%s) -lt $end ] && ! grep -q "=== .* \(done\|FAILED\)$" $W/out/job.log 2>/dev/null \
-      && pgrep -f gpu_run18/job.sh > /dev/null; do
-    sleep 5; i=$((i + 1))
-    [ $((i % 12)) -eq 0 ] && { date -u +%T; tail -n1 $W/out/job.log; tail -qn1 $W/out/*.log 2>/dev/null | cut -c1-160; }
-  done
-  collect
-}
-case $1 in
-  setup)
-    mkdir -p $W/p $W/site $W/out
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site .whl/*.whl || exit 1
-    cp -r .gpu/data .gpu/banks $W/ && cp .gpu/p00 $W/p/
-    # lover_lmeval's start-up hook (its .pth in a pip install) registers the lover_* tasks; here the package is on
-    # PYTHONPATH only, so a sitecustomize there imports the hook, after any sitecustomize the image already has
-    printf '%s\n' 'import os, sys' 'for _p in sys.path:' \
-      '    _f = os.path.join(_p, "sitecustomize.py")' \
-      '    if os.path.abspath(_p) != os.path.dirname(os.path.abspath(__file__)) and os.path.isfile(_f):' \
-      '        exec(compile(open(_f).read(), _f, "exec")); break' \
-      'import lover_lmeval.harness.autoload' > $W/site/sitecustomize.py
-    mkdir -p $W/repo && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
-    nvidia-smi -L; nproc; free -g | head -2
-    cd $W/repo && python3 -c "
-import torch, transformers, lm_eval, gguf, datasets
-print(torch.__version__, transformers.__version__, datasets.__version__, torch.cuda.get_device_name(0))
-from lm_eval.tasks import TaskManager
-from lover_lmeval.harness.model import LoverLM
-import lover_lmeval.apps.cli
-t = TaskManager().load(['lover_gsm8k'])['tasks']['lover_gsm8k']
-print('test docs', len(list(t.test_docs())), 'train docs', len(list(t.training_docs())))" 2>&1 | grep -v Warning | tail -5 ;;
-  piece)
-    cp .gpu/p$2 $W/p/ && ls $W/p | wc -l && du -cb $W/p | tail -1 ;;
-  launch)
-    rm -rf $W/repo && mkdir -p $W/repo $W/m && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ \
-      && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
-    cat $W/p/p?? > $W/m/q15.gguf && echo "$SHA  $W/m/q15.gguf" | sha256sum -c || exit 1
-    STEPS="${STEPS:-decode arms train}" BATCH=128 PY=python3 R=$W/repo G=$W/m/q15.gguf B=$W/banks O=$W/out setsid nohup bash $W/repo/benchmarks/results/gpu_run18/job.sh \
-      > $W/out/job.log 2>&1 < /dev/null &
-    sleep 2; wait_job $2 ;;
-  wait) wait_job $2 ;;
-esac
+# The device side of RESULTS run 18 A, one verb a tool call (benchmarks/gpu_device.sh): setup, piece NN, launch
+# SECONDS, wait SECONDS. STEPS (job.sh's) passes through: `STEPS=arms bash .../device.sh launch 480` runs only the
+# test-time arms.
+JOB=benchmarks/results/gpu_run18/job.sh SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 \
+  DEFAULT_STEPS="decode arms train" BANKS_BACK="lover_gsm8k-test.jsonl.gz lover_gsm8k-train.jsonl.gz" \
+  exec bash "$(dirname "$0")/../../gpu_device.sh" "$@"
