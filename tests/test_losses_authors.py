@@ -148,7 +148,7 @@ def test_xavier_init_has_zero_biases_and_one_hidden_layer():
     verifier = Verifier(8, VerifierConfig.from_regime("authors"))
     linears = [m for m in verifier.mlp if isinstance(m, torch.nn.Linear)]
     assert [tuple(m.weight.shape) for m in linears] == [(100, 8), (1, 100)]
-    assert all(float(m.bias.abs().sum()) == 0.0 for m in linears)
+    assert all(float(m.bias.detach().abs().sum()) == 0.0 for m in linears)
 
 
 def test_authors_regime_fits_and_keeps_one_draw_between_resamples(monkeypatch):
