@@ -74,7 +74,6 @@ class BatchingConfig:
     max_rows: int | None = None
     """Rows decoded together; default lm-eval's `batch_size` x n_branches. At least n_branches; questions join
     whole, so a budget that is not a multiple of n_branches leaves its remainder unused."""
-
     sync_every: int | None = None
     """Decoding steps between two transfers of the new tokens (with their margins and statistics) to the host, where
     EOS and stop strings are checked. Every transfer waits for the device: on a GPU it drains the launch queue each
@@ -83,7 +82,6 @@ class BatchingConfig:
     (it computes synchronously anyway, and the steps decoded past an end cost compute there), `ACCELERATOR_SYNC` on an
     accelerator. Sampling transfers every step whatever the value: a question's draws depend on which of its rows
     are still decoding."""
-
     static_cache: bool = False
     """Decode on fixed rows (static.py): a preallocated KV cache of max_rows rows, whose shapes no step changes, so
     that a step can be captured as a CUDA graph; questions join in place. `cot` only, and models whose cache layers
