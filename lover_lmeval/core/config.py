@@ -54,7 +54,7 @@ MODEL_ARGS = {
     "seed": ("decoding", "seed", int),
     "continuous_batching": ("batching", "continuous", _flag),
     "max_rows": ("batching", "max_rows", _optional_int),
-    "sync_every": ("batching", "sync_every", _optional_int),
+    "sync_every": ("batching", "sync_every", int),
     "static_cache": ("batching", "static_cache", _flag),
     "compile_step": ("batching", "compile_step", _flag),
     "layer": ("features", "layer", _optional_int),
