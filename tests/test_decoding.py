@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches, iter_branches
+from lover_lmeval.core.decode.decoding import BatchingConfig, DecodingConfig, decode_branches, iter_branches
 from lover_lmeval.core.decode.token_stats import STAT_NAMES
 
 PROMPTS = ["Question: Tom has 3 apples and buys 4 more. How many apples?\nAnswer:", "Hi"]
 
 
 def _decode(model, tokenizer, mode="cot", n=4, max_new=12, stop=(), eos=None, prompts=PROMPTS, max_rows=None,
-            sync_every=None, static_cache=False, **kw):
+            sync_every=BatchingConfig.sync_every, static_cache=False, **kw):
     ids = [tokenizer.encode(p) for p in prompts]
     eos_ids = {tokenizer.eos_token_id} if eos is None else eos
     return decode_branches(model, tokenizer, ids, DecodingConfig(n_branches=n, mode=mode, **kw), max_new,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .store.bank import BankConfig
 from .decode.decoding import BatchingConfig, DecodingConfig
+from .decode.static import check_static_mode
 from .decode.features import FeatureConfig
 from .select.selection import SelectionConfig
 from .verify.verifier_config import VerifierConfig, config_from_string
@@ -91,9 +92,8 @@ class LoverConfig:
     def __post_init__(self):
         if self.batching.max_rows is not None:  # fewer rows than one question's branches can never decode
             self.batching.rows(1, self.decoding.n_branches)
-        if self.batching.static_cache and self.decoding.mode != "cot":
-            raise ValueError(f"static_cache=true decodes decoding=cot only, not decoding={self.decoding.mode}; drop "
-                             "static_cache=true.")
+        if self.batching.static_cache:
+            check_static_mode(self.decoding.mode)
         if self.batching.compile_step and not self.batching.static_cache:
             raise ValueError("compile_step=true compiles the step of static rows; add static_cache=true (the growing "
                              "batch changes shapes every step) or drop compile_step=true.")

@@ -13,7 +13,7 @@ Dimensions: Q questions, N branches per question, A rows decoding, P padded prom
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,12 +21,11 @@ import torch
 
 from .beam import iter_beam
 from . import rows as step_rows
-from .branch import Branch, make_branch
+from .branch import Branch
 from .kv import BranchCache, RowBatch, input_device, with_cache
-from .rows import Row, pack, prefill
+from .rows import Finished, Row, pack, prefill
 from .sampling import next_tokens
 from .static import check_static, iter_static
-from .token_stats import stats_dict
 
 MODES = ("cot", "sample", "beam")
 
@@ -112,8 +111,8 @@ class BatchingConfig:
 
 def decode_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
                     stop: list[str], eos_ids: set[int], pad_id: int, max_rows: int | None = None,
-                    sync_every: int | None = None, static_cache: bool = False, compile_step: bool = False,
-                    ) -> tuple[list[list[Branch]], list[list[BranchCache]]]:
+                    sync_every: int = BatchingConfig.sync_every, static_cache: bool = False,
+                    compile_step: bool = False) -> tuple[list[list[Branch]], list[list[BranchCache]]]:
     """`iter_branches` collected: every prompt's branches and caches, in prompt order (tests and benchmarks; the
     pipeline consumes the iterator, so that caches are freed question by question)."""
     branches: list = [None] * len(prompts)
@@ -127,8 +126,8 @@ def decode_branches(model, tokenizer, prompts: list[list[int]], config: Decoding
 @torch.inference_mode()
 def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
                   stop: list[str], eos_ids: set[int], pad_id: int, max_rows: int | None = None,
-                  sync_every: int | None = None, static_cache: bool = False, compile_step: bool = False,
-                  ) -> Iterator[tuple[int, list[Branch], list[BranchCache]]]:
+                  sync_every: int = BatchingConfig.sync_every, static_cache: bool = False,
+                  compile_step: bool = False) -> Iterator[tuple[int, list[Branch], list[BranchCache]]]:
     """Decode N branches for each of Q prompts (lists of token ids); yield `(q, branches, caches)` for prompt q as
     soon as its N branches are done (the bank writes it then, so a kill loses only the questions still decoding).
 
@@ -147,8 +146,7 @@ def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingCo
         return
     device, n = input_device(model), config.n_branches
     max_rows = BatchingConfig(max_rows=max_rows).rows(len(prompts), n)  # a budget below one question's N rows is refused
-    sync = (BatchingConfig() if sync_every is None else BatchingConfig(sync_every=sync_every)).steps_between_syncs(
-        config.mode)
+    sync = BatchingConfig(sync_every=sync_every).steps_between_syncs(config.mode)
     if static_cache:
         check_static(model, config.mode)
         yield from iter_static(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id, max_rows, sync,
@@ -158,7 +156,7 @@ def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingCo
     rows: list[Row] = []
     batch: RowBatch | None = None
     feed = positions = None  # (A,) on the device: the token each row feeds next, and its position
-    done: dict[int, dict[int, tuple[Branch, BranchCache]]] = defaultdict(dict)  # q -> k -> finished branch
+    finished = Finished(n)
 
     def has_room() -> bool:
         return bool(queue) and len(rows) + n <= max_rows and (not rows or batch.can_extend())
@@ -184,16 +182,12 @@ def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingCo
             if reason is None:
                 keep.append(i)
                 continue
-            branch = make_branch(tokenizer, row.ids, row.margins, stop, reason, stats_dict(row.stats))
-            # Its cache as at its end: the prompt and every token but the last (never fed), not the ones decoded on
-            # to the end of a block.
-            done[row.q][row.k] = branch, batch.snapshot(i, len(prompts[row.q]),
-                                                       len(prompts[row.q]) + len(row.ids) - 1)
-            if len(done[row.q]) == n:
-                finished = done.pop(row.q)
+            question = finished.add(row, tokenizer, stop, reason,
+                                    lambda length, i=i, row=row: batch.snapshot(i, row.prompt_length, length))
+            if question is not None:
                 generators.pop(row.q, None)
-                yield row.q, [finished[k][0] for k in range(n)], [finished[k][1] for k in range(n)]
-                del finished  # its caches are the consumer's now: held here, they would outlive its features
+                yield question
+                del question  # its caches are the consumer's now: held here, they would outlive its features
         if len(keep) < len(rows):
             batch.select(keep)
             index = torch.tensor(keep, dtype=torch.long, device=device)

@@ -7,14 +7,15 @@ Dimensions: Q questions, N branches per question, A rows, K steps in a block, P 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
 
-from .branch import finish_reason_of, top1_top2_margin
+from .branch import finish_reason_of, make_branch, top1_top2_margin
 from .kv import RowBatch, cache_of, input_device
 from .sampling import nucleus_sample, question_seed
-from .token_stats import step_stats
+from .token_stats import stats_dict, step_stats
 
 
 @dataclass
@@ -24,6 +25,8 @@ class Row:
 
     q: int
     k: int
+    prompt_length: int
+    """Tokens of question q's prompt (its cache's first columns)."""
     ids: list[int] = field(default_factory=list)
     margins: list[float] = field(default_factory=list)
     stats: list[list[float]] = field(default_factory=list)
@@ -44,6 +47,24 @@ class Row:
             if reason is not None:
                 return reason
         return None
+
+
+class Finished:
+    """Finished branches held per question until its N are in (both loops hand a question over whole)."""
+
+    def __init__(self, n: int):
+        self.n, self.by_question = n, defaultdict(dict)  # q -> k -> (Branch, BranchCache)
+
+    def add(self, row: Row, tokenizer, stop: list[str], reason: str, snapshot) -> tuple | None:
+        """Branch `row` ended for `reason`; `snapshot(length)` copies its KV cache's first `length` columns. Its cache
+        is taken as at its end: the prompt and every token but the last (never fed), not the ones decoded on to the
+        end of a block. `(q, branches, caches)` once question q's N branches are in, else None."""
+        branch = make_branch(tokenizer, row.ids, row.margins, stop, reason, stats_dict(row.stats))
+        self.by_question[row.q][row.k] = branch, snapshot(row.prompt_length + len(row.ids) - 1)
+        if len(self.by_question[row.q]) < self.n:
+            return None
+        finished = self.by_question.pop(row.q)
+        return row.q, [finished[k][0] for k in range(self.n)], [finished[k][1] for k in range(self.n)]
 
 
 def pack(tokens: torch.Tensor, probs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -94,5 +115,6 @@ def prefill(model, prompts: list[list[int]], admitted: list[int], config, pad_id
     firsts = to_host(packed.reshape(-1, 1, 6))  # (Q*N, 1, 6): one step per row
     cache = cache_of(out)
     cache.batch_repeat_interleave(n)
-    rows = [Row(q, k, pending=steps) for steps, (q, k) in zip(firsts, [(q, k) for q in admitted for k in range(n)])]
+    rows = [Row(q, k, len(prompts[q]), pending=steps)
+            for steps, (q, k) in zip(firsts, [(q, k) for q in admitted for k in range(n)])]
     return RowBatch(cache, mask.repeat_interleave(n, dim=0)), rows, first.reshape(-1)  # (Q*N, P), (Q*N,)

@@ -20,7 +20,7 @@ Dimensions: R rows (slots), L cache columns, H kv heads, E head dim, V vocabular
 from __future__ import annotations
 
 import inspect
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Iterator
 
 import torch
@@ -28,10 +28,9 @@ from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
 from . import rows as step_rows
-from .branch import Branch, make_branch
+from .branch import Branch
 from .kv import BranchCache, RowBatch, input_device, with_cache
-from .rows import Row, pack, prefill
-from .token_stats import stats_dict
+from .rows import Finished, Row, pack, prefill
 
 
 #: what StaticLayer.lazy_initialization takes: the keys and values (transformers >= 5), or the keys alone (4.x)
@@ -58,7 +57,6 @@ class StaticRows:
         self.lengths: dict[int, int] = {}
         """Per live slot, its own columns (prompt and fed tokens): the `lengths[s]` before c."""
 
-
     def place(self, joining: RowBatch, slots: list[int], first: torch.Tensor, prompt_lengths: list[int]) -> None:
         """Copy a prefill's rows (its cache and mask, (Q*N, H, P, E) and (Q*N, P)) into `slots`, ending at column c;
         `first` (Q*N,) are their first tokens, fed next at the position right after each prompt."""
@@ -70,8 +68,9 @@ class StaticRows:
             if mine.keys is None:  # allocated on the first prefill's device and dtype, per layer
                 shape = (self.mask.shape[0], *theirs.keys.shape[1:])
                 mine.lazy_initialization(*[theirs.keys.new_zeros(shape), theirs.values.new_zeros(shape)][:_INIT_ARGS])
-            mine.keys[index.to(mine.keys.device), :, self.c - width: self.c] = theirs.keys
-            mine.values[index.to(mine.keys.device), :, self.c - width: self.c] = theirs.values
+            rows = index.to(mine.keys.device)  # a layer's own device (a model split over GPUs)
+            mine.keys[rows, :, self.c - width: self.c] = theirs.keys
+            mine.values[rows, :, self.c - width: self.c] = theirs.values
         self.mask[index] = 0
         self.mask[index, self.c - width: self.c] = joining.mask
         self.feed[index, 0] = first
@@ -125,11 +124,16 @@ class StaticRows:
         self.c = new_c
 
 
-def check_static(model, mode: str) -> None:
-    """Refuse, naming why, what static rows cannot decode (before any decoding)."""
+def check_static_mode(mode: str) -> None:
+    """Static rows decode `cot` only (LoverConfig checks this from model_args, before a model loads)."""
     if mode != "cot":
         raise ValueError(f"static_cache=true decodes decoding=cot only, not decoding={mode}: sampling's "
                          "per-question draws need the live rows grouped; drop static_cache=true.")
+
+
+def check_static(model, mode: str) -> None:
+    """Refuse, naming why, what static rows cannot decode (before any decoding)."""
+    check_static_mode(mode)
     kinds = {type(layer).__name__ for layer in StaticCache(config=model.config, max_cache_len=1).layers}
     if kinds != {StaticLayer.__name__}:
         raise ValueError(f"static_cache=true needs plain cache layers, but {type(model).__name__} has "
@@ -148,7 +152,7 @@ def iter_static(model, tokenizer, prompts: list[list[int]], config, max_new_toke
     state = StaticRows(model, max_rows, columns, compiled)
     queue, free = deque(range(len(prompts))), list(range(max_rows))
     slots: dict[int, Row] = {}  # slot -> the branch decoding there
-    done: dict[int, dict[int, tuple[Branch, BranchCache]]] = defaultdict(dict)
+    finished = Finished(n)
     while queue or slots:
         admitted = []
         while queue and len(free) >= (len(admitted) + 1) * n:
@@ -156,23 +160,21 @@ def iter_static(model, tokenizer, prompts: list[list[int]], config, max_new_toke
         if admitted:
             joining, new_rows, first = prefill(model, prompts, admitted, config, pad_id, {})
             taken, free = free[:len(new_rows)], free[len(new_rows):]
-            state.place(joining, taken, first, [len(prompts[row.q]) for row in new_rows])
+            state.place(joining, taken, first, [row.prompt_length for row in new_rows])
             del joining
             slots.update(zip(taken, new_rows))
         for slot, row in sorted(slots.items()):
             reason = row.take_pending(tokenizer, stop, eos_ids, max_new_tokens)
             if reason is None:
                 continue
-            branch = make_branch(tokenizer, row.ids, row.margins, stop, reason, stats_dict(row.stats))
-            prompt_length = len(prompts[row.q])
-            done[row.q][row.k] = branch, state.snapshot(slot, prompt_length, prompt_length + len(row.ids) - 1)
+            question = finished.add(row, tokenizer, stop, reason,
+                                    lambda length, slot=slot, row=row: state.snapshot(slot, row.prompt_length, length))
             del slots[slot]
             state.free(slot)
             free.append(slot)
-            if len(done[row.q]) == n:
-                finished = done.pop(row.q)
-                yield row.q, [finished[k][0] for k in range(n)], [finished[k][1] for k in range(n)]
-                del finished
+            if question is not None:
+                yield question
+                del question
         free.sort()
         if not slots or (queue and len(free) >= n):
             continue  # admit the next questions before the step, so no slot idles through it
