@@ -19,3 +19,45 @@ def test_readme_leaderboard_is_what_the_committed_results_give():
     assert selectors_table.readme_block(table, recommendation) in readme, \
         "README's leaderboard differs from the results: run `python benchmarks/selectors/selectors_table.py`"
     assert (REPO / "docs" / "leaderboard.png").is_file()
+
+
+def _report(name: str, right: dict[str, list[int]]) -> dict:
+    """A selectors_run.py report reduced to what the recommendation reads: per question, each selector's 0/1."""
+    n = len(right["majority"])
+    return {"set": name, "questions": [{"correct": {s: v[i] for s, v in right.items()}} for i in range(n)]}
+
+
+def test_recommendation_follows_the_rule_fixed_before_the_results():
+    """Run 19 B's rule, on hand-made outcomes (40 questions a set, `pass_at_n` right everywhere):
+
+    - arithmetic, 0.5b/gsm8k and 0.5b/igsm: majority right on 20 of each, cot_sum on those 20 and 10 more. Pooled
+      cot_sum 60/80 = 0.75 against 0.50; every paired difference is 0 or +1 with 20 of 80 at +1, so a bootstrap
+      resample without any +1 has probability (60/80)^80 ~ 1e-10: the interval lies above 0 -> `cot_sum`,
+      provisional (multistep and object_counting unscored). The SmolLM2 set of the family, where majority wins
+      everything, is not read.
+    - yes/no, 0.5b/bbh_navigate: cot_sum right on one question more than majority: best point estimate, but a
+      resample misses that question with probability (39/40)^40 ~ 0.36, so the lower bound is 0 -> majority.
+    - multiple choice: no 0.5B set -> no recommendation.
+    """
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.selectors import selectors_table
+    finally:
+        sys.path.remove(str(REPO))
+    arithmetic = {"majority": [1] * 20 + [0] * 20, "cot_sum": [1] * 30 + [0] * 10, "pass_at_n": [1] * 40}
+    navigate = {"majority": [1] * 20 + [0] * 20, "cot_sum": [1] * 21 + [0] * 19, "pass_at_n": [1] * 40}
+    smollm = {"majority": [1] * 40, "cot_sum": [0] * 40, "pass_at_n": [1] * 40}
+    reports = {name: _report(name, right) for name, right in (
+        ("0.5b/gsm8k", arithmetic), ("0.5b/igsm", arithmetic), ("0.5b/bbh_navigate", navigate),
+        ("135m/gsm8k", smollm))}
+    found = selectors_table.recommend(reports)
+
+    assert found["arithmetic"]["selector"] == "cot_sum"
+    assert found["arithmetic"]["n"] == 80 and found["arithmetic"]["best_acc"] == 0.75
+    assert found["arithmetic"]["best_minus_majority"]["low"] > 0
+    assert found["arithmetic"]["sets"] == ["0.5b/gsm8k", "0.5b/igsm"]
+    assert found["arithmetic"]["missing"] == ["0.5b/bbh_multistep_arithmetic_two", "0.5b/bbh_object_counting"]
+    assert found["yes/no, true/false"]["selector"] == "majority"
+    assert found["yes/no, true/false"]["best_point_estimate"] == "cot_sum"
+    assert found["yes/no, true/false"]["best_minus_majority"]["low"] == 0
+    assert found["multiple choice"]["selector"] is None

@@ -82,7 +82,10 @@ def recommend(reports: dict[str, dict]) -> dict:
         out[family] = {"selector": best if wins else "majority", "best_point_estimate": best,
                        "best_acc": float(pooled[best].mean()), "majority_acc": float(pooled["majority"].mean()),
                        "best_minus_majority": versus, "n": len(pooled[best]),
-                       "sets": sorted(n for n, r in reports.items() if r in chosen)}
+                       "sets": sorted(n for n, r in reports.items() if r in chosen),
+                       # The rule pools all of the family's sets: with some still unscored it is provisional.
+                       "missing": [f"{SELECTION_SIZE}/{stem}" for stem in stems
+                                   if f"{SELECTION_SIZE}/{stem}" not in reports]}
     return out
 
 
@@ -90,28 +93,46 @@ def _interval(d: dict) -> str:
     return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
 
 
-def markdown(table: dict, recommendation: dict) -> str:
+def _provisional(rec: dict) -> str:
+    return f"; provisional: {', '.join(rec['missing'])} not scored yet" if rec["missing"] else ""
+
+
+def _versus(table: dict, baseline: str) -> list[str]:
+    """One markdown table: per selector and set, accuracy minus `baseline`'s (the baseline's own row: accuracy)."""
     sets = list(table["sets"])
-    lines = ["| selector | " + " | ".join(f"{n} (n = {table['sets'][n]['majority']['n']})" for n in sets) + " |",
+    lines = ["| selector | " + " | ".join(f"{n} (n = {table['sets'][n][baseline]['n']})" for n in sets) + " |",
              "|---|" + "---|" * len(sets),
-             "| majority (accuracy) | " + " | ".join(f"{table['sets'][n]['majority']['acc']:.3f}" for n in sets) + " |"]
+             f"| {baseline} (accuracy) | " + " | ".join(f"{table['sets'][n][baseline]['acc']:.3f}" for n in sets) + " |"]
     for s in table["strategies"]:
-        if s == "majority":
+        if s == baseline:
             continue
-        cells = [f"{table['sets'][n][s]['acc']:.3f}" if s == ORACLE else _interval(table["sets"][n][s]["minus_majority"])
-                 for n in sets]
+        cells = [f"{table['sets'][n][s]['acc']:.3f}" if s == ORACLE
+                 else _interval(table["sets"][n][s][f"minus_{baseline}"]) for n in sets]
         lines.append(f"| `{s}` | " + " | ".join(cells) + " |")
-    lines += ["", "Cells: accuracy minus majority voting, 95% paired bootstrap interval; `pass_at_n`: the oracle's "
-              "accuracy (an upper bound: it reads the gold answer).", "", "| family | recommended | evidence |",
-              "|---|---|---|"]
+    return lines
+
+
+def markdown(table: dict, recommendation: dict) -> str:
+    lines = ["Accuracy minus majority voting, 95% paired bootstrap interval (10,000 resamples, seed 0); `pass_at_n`: "
+             "the oracle's accuracy (an upper bound: it reads the gold answer).", "", *_versus(table, "majority"), "",
+             "Accuracy minus CoT-decoding's summed confidence (`cot_sum`), the same intervals:", "",
+             *_versus(table, "cot_sum"), "", "| family | recommended | evidence |", "|---|---|---|"]
     for family, rec in recommendation.items():
         if rec["selector"] is None:
             lines.append(f"| {family} | — | {rec['why']} |")
             continue
         evidence = (f"best pooled: `{rec['best_point_estimate']}` {rec['best_acc']:.3f} vs majority "
                     f"{rec['majority_acc']:.3f}, {_interval(rec['best_minus_majority'])}, n = {rec['n']} "
-                    f"({', '.join(rec['sets'])})")
+                    f"({', '.join(rec['sets'])}){_provisional(rec)}")
         lines.append(f"| {family} | `{rec['selector']}` | {evidence} |")
+    sets = list(table["auroc"])
+    scores = list(table["auroc"][sets[0]])
+    lines += ["", "AUROC of each path score against the branch's stated answer being right (branches pooled over the "
+              "set; 0.5 is chance, below it the score ranks wrong branches first):", "",
+              "| path score | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
+    for name in scores:
+        cells = [f"{table['auroc'][n][name]:.3f}" if table["auroc"][n][name] is not None else "—" for n in sets]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -136,7 +157,8 @@ def readme_block(table: dict, recommendation: dict) -> str:
             lines.append(f"- {family}: not yet measured ({rec['why']}).")
         else:
             lines.append(f"- {family}: `{rec['selector']}` (best pooled `{rec['best_point_estimate']}`, "
-                         f"{_interval(rec['best_minus_majority'])} vs majority, n = {rec['n']}).")
+                         f"{_interval(rec['best_minus_majority'])} vs majority, n = {rec['n']}"
+                         f"{_provisional(rec)}).")
     lines += ["", "Every selector on every set, with intervals: "
               "[benchmarks/results/selectors/leaderboard.md](benchmarks/results/selectors/leaderboard.md).", END]
     return "\n".join(lines)
@@ -203,9 +225,6 @@ def main() -> int:
     figure(table, Path(args.figure))
     update_readme(REPO / "README.md", readme_block(table, recommendation))
     print(markdown(table, recommendation))
-    print("AUROC of path scores vs branch correctness:")
-    for name, values in table["auroc"].items():
-        print(f"  {name}: " + ", ".join(f"{k} {v:.3f}" if v is not None else f"{k} -" for k, v in values.items()))
     return 0
 
 
