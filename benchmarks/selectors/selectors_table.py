@@ -33,6 +33,7 @@ FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
     "multiple choice": ("mmlu_pro",),
 }
 SELECTION_SIZE = "0.5b"
+FIGURE_COLUMNS = 5  # panels a row: 14 sets in one row would be too wide for a README
 ORACLE = "pass_at_n"
 
 
@@ -179,19 +180,26 @@ def figure(table: dict, path: Path) -> None:
 
     sets = list(table["sets"])
     strategies = [s for s in table["strategies"] if s not in ("majority", ORACLE)]
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.2 * len(sets), 0.32 * len(strategies) + 1.4), sharey=True,
-                             squeeze=False)
-    for ax, name in zip(axes[0], sets):
+    columns = min(FIGURE_COLUMNS, len(sets))
+    grid_rows = -(-len(sets) // columns)
+    fig, axes = plt.subplots(grid_rows, columns, figsize=(3.2 * columns, grid_rows * (0.3 * len(strategies) + 1.3)),
+                             sharey=True, squeeze=False)
+    y = np.arange(len(strategies))
+    for ax, name in zip(axes.flat, sets):
         rows = table["sets"][name]
-        diffs = [rows[s]["minus_majority"] for s in strategies]
-        y = np.arange(len(strategies))
-        ax.errorbar([d["diff"] for d in diffs], y, xerr=[[d["diff"] - d["low"] for d in diffs],
-                                                         [d["high"] - d["diff"] for d in diffs]], fmt="o", ms=4)
+        for k, s in enumerate(strategies):
+            d = rows[s]["minus_majority"]
+            # Colour says the verdict: green above majority, red below, blue where the interval holds 0.
+            colour = "tab:green" if d["low"] > 0 else "tab:red" if d["high"] < 0 else "tab:blue"
+            ax.errorbar(d["diff"], k, xerr=[[d["diff"] - d["low"]], [d["high"] - d["diff"]]], fmt="o", ms=4,
+                        color=colour)
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_title(f"{name}\nmajority {rows['majority']['acc']:.2f}, n = {rows['majority']['n']}", fontsize=9)
         ax.set_yticks(y, strategies, fontsize=8)
-        ax.invert_yaxis()
         ax.set_xlabel("accuracy − majority", fontsize=8)
+    for ax in list(axes.flat)[len(sets):]:
+        ax.set_visible(False)
+    axes[0, 0].invert_yaxis()  # once: the axes share y, so inverting each would undo it on every other panel
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
