@@ -8,12 +8,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_readme_leaderboard_is_what_the_committed_results_give():
+def _selectors_table():
+    """benchmarks/selectors/selectors_table.py, imported from the repository root (benchmarks is not installed)."""
     sys.path.insert(0, str(REPO))
     try:
         from benchmarks.selectors import selectors_table
     finally:
         sys.path.remove(str(REPO))
+    return selectors_table
+
+
+def test_readme_leaderboard_is_what_the_committed_results_give():
+    selectors_table = _selectors_table()
     table, recommendation = selectors_table.build(REPO / "benchmarks" / "results" / "selectors")
     readme = (REPO / "README.md").read_text()
     assert selectors_table.readme_block(table, recommendation) in readme, \
@@ -39,11 +45,7 @@ def test_recommendation_follows_the_rule_fixed_before_the_results():
       resample misses that question with probability (39/40)^40 ~ 0.36, so the lower bound is 0 -> majority.
     - multiple choice: no 0.5B set -> no recommendation.
     """
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.selectors import selectors_table
-    finally:
-        sys.path.remove(str(REPO))
+    selectors_table = _selectors_table()
     arithmetic = {"majority": [1] * 20 + [0] * 20, "cot_sum": [1] * 30 + [0] * 10, "pass_at_n": [1] * 40}
     navigate = {"majority": [1] * 20 + [0] * 20, "cot_sum": [1] * 21 + [0] * 19, "pass_at_n": [1] * 40}
     smollm = {"majority": [1] * 40, "cot_sum": [0] * 40, "pass_at_n": [1] * 40}

@@ -69,8 +69,9 @@ def recommend(reports: dict[str, dict]) -> dict:
     """Per family, the pre-registered recommendation from the 0.5B sets present."""
     out = {}
     for family, stems in FAMILIES.items():
-        chosen = [r for name, r in reports.items() if name.split("/")[0] == SELECTION_SIZE
-                  and name.split("/")[1] in stems]
+        family_sets = [f"{SELECTION_SIZE}/{stem}" for stem in stems]
+        scored = [name for name in reports if name in family_sets]  # the reports' order: it fixes the pooling
+        chosen = [reports[name] for name in scored]
         if not chosen:
             out[family] = {"selector": None, "why": f"no {SELECTION_SIZE} set of this family has been scored yet"}
             continue
@@ -83,10 +84,9 @@ def recommend(reports: dict[str, dict]) -> dict:
         out[family] = {"selector": best if wins else "majority", "best_point_estimate": best,
                        "best_acc": float(pooled[best].mean()), "majority_acc": float(pooled["majority"].mean()),
                        "best_minus_majority": versus, "n": len(pooled[best]),
-                       "sets": sorted(n for n, r in reports.items() if r in chosen),
+                       "sets": sorted(scored),
                        # The rule pools all of the family's sets: with some still unscored it is provisional.
-                       "missing": [f"{SELECTION_SIZE}/{stem}" for stem in stems
-                                   if f"{SELECTION_SIZE}/{stem}" not in reports]}
+                       "missing": [name for name in family_sets if name not in reports]}
     return out
 
 
