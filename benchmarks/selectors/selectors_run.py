@@ -4,7 +4,7 @@ For each set (bank_sets.SETS) the model reads the banked branches teacher-forced
 LoVer's label-free test-time fit and the per-token statistics of the 2025 selectors (core/select/selectors.py), both
 kept per question in the local feature cache, so a killed run resumes where it stopped. Then the default test-time fit,
 every registered strategy, and per branch the path scores (with whether the branch's stated answer is right) for
-AUROC. The report holds per-question outcomes, so `selectors_table.py` pairs any two rows afterwards.
+AUROC. The report holds per-question outcomes and picks, so `selectors_table.py` pairs any two rows afterwards.
 
     LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/selectors/selectors_run.py \\
         --set 135m/gsm8k   # -> benchmarks/results/selectors/135m_gsm8k.json (--out-dir to change)
@@ -75,7 +75,9 @@ def run_set(name: str, limit: int | None, out_dir: Path) -> Path:
         # Only the oracle (pass@N, an upper bound) is handed the gold answer.
         picks = {s: select(result, s, extract, gold=gold if s in ORACLES else None) for s in [*strategies, *ORACLES]}
         report["questions"].append({
-            "task": q.task, "doc": q.doc_index, "correct": {s: int(p == gold) for s, p in picks.items()},
+            "task": q.task, "doc": q.doc_index, "gold": gold, "correct": {s: int(p == gold) for s, p in picks.items()},
+            # The label-free picks themselves: selectors_table.py reads how often a selector gives one answer.
+            "picked": {s: picks[s] for s in strategies},
             "branch_right": [int(a is not None and a.value == gold)
                              for a in (stated_answer(extract, b) for b in result.branches)],
             "path_scores": {k: [round(v, 5) for v in vals] for k, vals in path_scores(result, extract).items()}})

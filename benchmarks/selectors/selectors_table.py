@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,9 @@ FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
 SELECTION_SIZE = "0.5b"
 FIGURE_COLUMNS = 5  # panels a row: 14 sets in one row would be too wide for a README
 ORACLE = "pass_at_n"
+# A selector that gives one answer to this share of a set's questions is named beside its recommendation: on navigate
+# (run 19 B, session 24) greedy, short3 and LoVer tied at +0.132 by answering one way, not by selecting well.
+ONE_ANSWER_SHARE = 0.9
 
 
 def _paired(a: np.ndarray, b: np.ndarray) -> dict:
@@ -65,6 +69,21 @@ def path_aurocs(report: dict) -> dict:
     return out
 
 
+def one_answer_shares(report: dict) -> dict | None:
+    """Per label-free selector, the share of the set's questions given its most common answer; under "gold", the same
+    share of the gold answers (what answering one way would score at best). None for a report written before
+    selectors_run.py kept the picks."""
+    questions = report["questions"]
+    if "picked" not in questions[0]:
+        return None
+
+    def share(answers: list) -> float:
+        return Counter(answers).most_common(1)[0][1] / len(answers)
+
+    return {**{s: share([q["picked"][s] for q in questions]) for s in questions[0]["picked"]},
+            "gold": share([q["gold"] for q in questions])}
+
+
 def recommend(reports: dict[str, dict]) -> dict:
     """Per family, the pre-registered recommendation from the 0.5B sets present."""
     out = {}
@@ -81,12 +100,17 @@ def recommend(reports: dict[str, dict]) -> dict:
         best = max(strategies, key=lambda s: (pooled[s].mean(), s == "majority"))
         versus = _paired(pooled[best], pooled["majority"])
         wins = best != "majority" and versus["low"] > 0
+        shares = {name: one_answer_shares(reports[name]) for name in scored}
         out[family] = {"selector": best if wins else "majority", "best_point_estimate": best,
                        "best_acc": float(pooled[best].mean()), "majority_acc": float(pooled["majority"].mean()),
                        "best_minus_majority": versus, "n": len(pooled[best]),
                        "sets": sorted(scored),
                        # The rule pools all of the family's sets: with some still unscored it is provisional.
-                       "missing": [name for name in family_sets if name not in reports]}
+                       "missing": [name for name in family_sets if name not in reports],
+                       # Where the best selector answers (almost) one way: its gain there is the gold answers' skew.
+                       "one_answer": {name: {"share": found[best], "gold": found["gold"]}
+                                      for name, found in shares.items() if found and found[best] >= ONE_ANSWER_SHARE},
+                       "one_answer_unchecked": [name for name, found in shares.items() if found is None]}
     return out
 
 
@@ -96,6 +120,13 @@ def _interval(d: dict) -> str:
 
 def _provisional(rec: dict) -> str:
     return f"; provisional: {', '.join(rec['missing'])} not scored yet" if rec["missing"] else ""
+
+
+def _one_answer(rec: dict) -> str:
+    """The sets where the best selector gives one answer to >= ONE_ANSWER_SHARE of the questions, with the share of
+    the gold answers' most common one beside it (the first is the selector's, the second the set's skew)."""
+    flagged = [f"{name} {d['share']:.0%} (gold {d['gold']:.0%})" for name, d in rec["one_answer"].items()]
+    return f"; `{rec['best_point_estimate']}` answers one way on {', '.join(flagged)}" if flagged else ""
 
 
 def _versus(table: dict, baseline: str) -> list[str]:
@@ -124,7 +155,7 @@ def markdown(table: dict, recommendation: dict) -> str:
             continue
         evidence = (f"best pooled: `{rec['best_point_estimate']}` {rec['best_acc']:.3f} vs majority "
                     f"{rec['majority_acc']:.3f}, {_interval(rec['best_minus_majority'])}, n = {rec['n']} "
-                    f"({', '.join(rec['sets'])}){_provisional(rec)}")
+                    f"({', '.join(rec['sets'])}){_provisional(rec)}{_one_answer(rec)}")
         lines.append(f"| {family} | `{rec['selector']}` | {evidence} |")
     sets = list(table["auroc"])
     scores = list(table["auroc"][sets[0]])
@@ -134,6 +165,17 @@ def markdown(table: dict, recommendation: dict) -> str:
     for name in scores:
         cells = [f"{table['auroc'][n][name]:.3f}" if table["auroc"][n][name] is not None else "—" for n in sets]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    checked = [n for n in table["one_answer"] if table["one_answer"][n]]
+    if checked:
+        lines += ["", "Share of a set's questions given each selector's most common answer (`gold`: the gold "
+                  f"answers'; **bold** at {ONE_ANSWER_SHARE:.0%} or more, where a gain over majority can be a one-way "
+                  "answer meeting a skewed set, not selection):", "",
+                  "| selector | " + " | ".join(checked) + " |", "|---|" + "---|" * len(checked)]
+        for s in [*[s for s in table["strategies"] if s != ORACLE], "gold"]:
+            shares = [table["one_answer"][n].get(s) for n in checked]
+            cells = ["—" if v is None else f"**{v:.2f}**" if v >= ONE_ANSWER_SHARE and s != "gold" else f"{v:.2f}"
+                     for v in shares]
+            lines.append(f"| `{s}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -141,17 +183,10 @@ BEGIN, END = "<!-- leaderboard: generated by benchmarks/selectors/selectors_tabl
 
 
 def readme_block(table: dict, recommendation: dict) -> str:
-    """The README's leaderboard: per set, majority's accuracy and the selectors whose interval against it excludes 0,
-    then the recommendation per family; the full table is in benchmarks/results/selectors/leaderboard.md."""
-    lines = [BEGIN, "", "| set | n | majority | beats majority (95% paired interval above 0) | loses to it |",
-             "|---|---|---|---|---|"]
-    for name, rows in table["sets"].items():
-        above = [f"`{s}` {_interval(r['minus_majority'])}" for s, r in rows.items()
-                 if "minus_majority" in r and s != "majority" and r["minus_majority"]["low"] > 0]
-        below = [f"`{s}`" for s, r in rows.items() if "minus_majority" in r and r["minus_majority"]["high"] < 0]
-        lines.append(f"| {name} | {rows['majority']['n']} | {rows['majority']['acc']:.3f} | "
-                     f"{', '.join(above) or 'none'} | {', '.join(below) or 'none'} |")
-    lines += ["", "**Recommended label-free selector** (the rule fixed before the results, "
+    """The README's words under the figure: the recommendation per family, with what qualifies it. Per-set numbers
+    are the figure's and benchmarks/results/selectors/leaderboard.md's: a README table would grow a row a set."""
+    lines = [BEGIN, ""]
+    lines += ["**Recommended label-free selector** (the rule fixed before the results, "
               "[run 19 B](benchmarks/runs/run19_cut_branches_selectors.md)):"]
     for family, rec in recommendation.items():
         if rec["selector"] is None:
@@ -159,7 +194,11 @@ def readme_block(table: dict, recommendation: dict) -> str:
         else:
             lines.append(f"- {family}: `{rec['selector']}` (best pooled `{rec['best_point_estimate']}`, "
                          f"{_interval(rec['best_minus_majority'])} vs majority, n = {rec['n']}"
-                         f"{_provisional(rec)}).")
+                         f"{_provisional(rec)}{_one_answer(rec)}).")
+    if any(rec.get("one_answer") for rec in recommendation.values()):
+        lines += ["", f"*Answers one way*: the selector gave one answer to that share (≥ {ONE_ANSWER_SHARE:.0%}) of "
+                  "the set's questions; in brackets, the share of the set's most common gold answer, what one answer "
+                  "scores at best. Its gain over majority there is the set's skew, not selection."]
     lines += ["", "Every selector on every set, with intervals: "
               "[benchmarks/results/selectors/leaderboard.md](benchmarks/results/selectors/leaderboard.md).", END]
     return "\n".join(lines)
@@ -217,7 +256,8 @@ def build(folder: Path) -> tuple[dict, dict]:
     present = reports[order[0]]["questions"][0]["correct"]
     table = {"strategies": [s for s in ROWS if s in present] + [s for s in present if s not in ROWS],  # YAML order
              "sets": {n: set_rows(reports[n]) for n in order},
-             "auroc": {n: path_aurocs(reports[n]) for n in order}}
+             "auroc": {n: path_aurocs(reports[n]) for n in order},
+             "one_answer": {n: one_answer_shares(reports[n]) for n in order}}
     return table, recommend(reports)
 
 
