@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ import numpy as np
 from lover_lmeval.apps.compare import ROWS
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.stats import auroc, paired_bootstrap
+from lover_lmeval.core.verify.scoring import CONSTANT_ANSWER_SHARE, top_pick
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
 from benchmarks.bench_common import REPO, RESULTS  # noqa: E402
@@ -36,9 +36,6 @@ FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
 SELECTION_SIZE = "0.5b"
 FIGURE_COLUMNS = 5  # panels a row: 14 sets in one row would be too wide for a README
 ORACLE = "pass_at_n"
-# A selector that gives one answer to this share of a set's questions is named beside its recommendation: on navigate
-# (run 19 B, session 24) greedy, short3 and LoVer tied at +0.132 by answering one way, not by selecting well.
-ONE_ANSWER_SHARE = 0.9
 
 
 def _paired(a: np.ndarray, b: np.ndarray) -> dict:
@@ -70,15 +67,16 @@ def path_aurocs(report: dict) -> dict:
 
 
 def one_answer_shares(report: dict) -> dict | None:
-    """Per label-free selector, the share of the set's questions given its most common answer; under "gold", the same
-    share of the gold answers (what answering one way would score at best). None for a report written before
-    selectors_run.py kept the picks."""
+    """Per label-free selector, the share of the set's answered questions given its most common answer (as the
+    package's constant-answer warning counts it, scoring.top_pick); under "gold", the same share of the gold answers
+    (what answering one way would score at best). None for a report written before selectors_run.py kept the picks."""
     questions = report["questions"]
     if "picked" not in questions[0]:
         return None
 
     def share(answers: list) -> float:
-        return Counter(answers).most_common(1)[0][1] / len(answers)
+        found = top_pick(answers)
+        return 0.0 if found is None else found[1]
 
     return {**{s: share([q["picked"][s] for q in questions]) for s in questions[0]["picked"]},
             "gold": share([q["gold"] for q in questions])}
@@ -107,9 +105,10 @@ def recommend(reports: dict[str, dict]) -> dict:
                        "sets": sorted(scored),
                        # The rule pools all of the family's sets: with some still unscored it is provisional.
                        "missing": [name for name in family_sets if name not in reports],
-                       # Where the best selector answers (almost) one way: its gain there is the gold answers' skew.
-                       "one_answer": {name: {"share": found[best], "gold": found["gold"]}
-                                      for name, found in shares.items() if found and found[best] >= ONE_ANSWER_SHARE},
+                       # Where the best selector answers (almost) one way, its gain is the gold answers' skew: on
+                       # navigate (session 24) greedy, short3 and LoVer tied at +0.132 that way, not by selecting.
+                       "one_answer": {name: {"share": found[best], "gold": found["gold"]} for name, found in
+                                      shares.items() if found and found[best] >= CONSTANT_ANSWER_SHARE},
                        "one_answer_unchecked": [name for name, found in shares.items() if found is None]}
     return out
 
@@ -123,8 +122,8 @@ def _provisional(rec: dict) -> str:
 
 
 def _one_answer(rec: dict) -> str:
-    """The sets where the best selector gives one answer to >= ONE_ANSWER_SHARE of the questions, with the share of
-    the gold answers' most common one beside it (the first is the selector's, the second the set's skew)."""
+    """The sets where the best selector gives one answer to >= CONSTANT_ANSWER_SHARE of the answered questions, with
+    the share of the gold answers' most common one beside it (the selector's habit, then the set's skew)."""
     flagged = [f"{name} {d['share']:.0%} (gold {d['gold']:.0%})" for name, d in rec["one_answer"].items()]
     return f"; `{rec['best_point_estimate']}` answers one way on {', '.join(flagged)}" if flagged else ""
 
@@ -167,14 +166,14 @@ def markdown(table: dict, recommendation: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     checked = [n for n in table["one_answer"] if table["one_answer"][n]]
     if checked:
-        lines += ["", "Share of a set's questions given each selector's most common answer (`gold`: the gold "
-                  f"answers'; **bold** at {ONE_ANSWER_SHARE:.0%} or more, where a gain over majority can be a one-way "
-                  "answer meeting a skewed set, not selection):", "",
+        lines += ["", "Share of a set's answered questions given each selector's most common answer (`gold`: the "
+                  f"gold answers'; **bold** at {CONSTANT_ANSWER_SHARE:.0%} or more, where a gain over majority can be "
+                  "a one-way answer meeting a skewed set, not selection):", "",
                   "| selector | " + " | ".join(checked) + " |", "|---|" + "---|" * len(checked)]
         for s in [*[s for s in table["strategies"] if s != ORACLE], "gold"]:
             shares = [table["one_answer"][n].get(s) for n in checked]
-            cells = ["—" if v is None else f"**{v:.2f}**" if v >= ONE_ANSWER_SHARE and s != "gold" else f"{v:.2f}"
-                     for v in shares]
+            flagged = [v is not None and v >= CONSTANT_ANSWER_SHARE and s != "gold" for v in shares]
+            cells = ["—" if v is None else f"**{v:.2f}**" if bold else f"{v:.2f}" for v, bold in zip(shares, flagged)]
             lines.append(f"| `{s}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -196,9 +195,9 @@ def readme_block(table: dict, recommendation: dict) -> str:
                          f"{_interval(rec['best_minus_majority'])} vs majority, n = {rec['n']}"
                          f"{_provisional(rec)}{_one_answer(rec)}).")
     if any(rec.get("one_answer") for rec in recommendation.values()):
-        lines += ["", f"*Answers one way*: the selector gave one answer to that share (≥ {ONE_ANSWER_SHARE:.0%}) of "
-                  "the set's questions; in brackets, the share of the set's most common gold answer, what one answer "
-                  "scores at best. Its gain over majority there is the set's skew, not selection."]
+        lines += ["", f"*Answers one way*: the selector gave one answer to that share (≥ {CONSTANT_ANSWER_SHARE:.0%}) "
+                  "of the set's answered questions; in brackets, the share of the set's most common gold answer, what "
+                  "one answer scores at best. Its gain over majority there is the set's skew, not selection."]
     lines += ["", "Every selector on every set, with intervals: "
               "[benchmarks/results/selectors/leaderboard.md](benchmarks/results/selectors/leaderboard.md).", END]
     return "\n".join(lines)

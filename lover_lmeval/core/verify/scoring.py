@@ -134,7 +134,12 @@ def one_sided(scores: list[np.ndarray], share: float = 0.95) -> str | None:
     return None
 
 
-def constant_answer(picks: list[str], share: float = 0.95, min_questions: int = 20) -> str | None:
+#: A selection that gives one answer to this share of the answered questions is named as answering one way: by the
+#: test-time fit's warning, `lover compare`'s leaderboard and the selectors' benchmark table.
+CONSTANT_ANSWER_SHARE = 0.95
+
+
+def constant_answer(picks: list[str], share: float = CONSTANT_ANSWER_SHARE, min_questions: int = 20) -> str | None:
     """The answer picked in at least `share` of the questions with an answer ("" = no branch gave one; at least
     `min_questions` of them), else None.
 
