@@ -12,7 +12,7 @@ import torch
 from lover_lmeval.harness.model import LoverLM
 from lover_lmeval.core.verify.checkpoints import save_checkpoint
 from lover_lmeval.core.verify.verifier import VerifierConfig, fit
-from lover_lmeval.apps.compare import ROWS, compare
+from lover_lmeval.apps.compare import ROWS, compare, render_markdown
 from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +47,11 @@ def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
     assert (tmp_path / "accuracy_vs_layer.png").stat().st_size > 0
     assert "Layer sweep on lover_gsm8k" in (tmp_path / "leaderboard.md").read_text()
     assert all(row["n"] == 3 and 0.0 <= row["low"] <= row["acc"] <= row["high"] <= 1.0 for row in rows.values())
+    # lm-eval's filter rows carry their picks' one-answer share (3 questions: too few to call one answer); rows
+    # derived here (cross-fit, extra checkpoints) have no lm-eval picks
+    assert all(rows[r]["answered"] <= 3 and rows[r]["one_answer"] is False for r in ("greedy", "majority", "lover_sum"))
+    assert "answered" not in rows["supervised_cv_sum"] and "answered" not in rows["trained_sum"]
+    assert "one answer" not in (tmp_path / "leaderboard.md").read_text()
     assert set(report["tasks"]["lover_gsm8k"]["paired"]) == {"majority", "cot_sum"}
     assert report["tasks"]["lover_gsm8k"]["accuracy_vs_n"]["n"] == [1, 2, 3]
     assert 1.0 <= report["tasks"]["lover_gsm8k"]["distinct_answers"] <= 3.0
@@ -112,3 +117,18 @@ def test_compare_rows_name_every_registered_strategy_in_the_yaml_order():
     base = Path(__file__).resolve().parents[1] / "lover_lmeval" / "task_configs" / "_lover_number.yaml"
     yaml_rows = [f["name"] for f in yaml.safe_load(base.read_text())["filter_list"]]
     assert [r for r in ROWS if r in yaml_rows] == yaml_rows
+
+
+def test_the_leaderboard_says_where_a_row_answers_one_way():
+    """A row that pick_shares calls one answer (here lover_sum, "no" to 25 of 25) shows its share in its cell, and
+    the note under the table says why; majority's cell is left as it is."""
+    row = {"acc": 0.58, "low": 0.40, "high": 0.76, "n": 25}
+    report = {"one_answer_rule": {"share": 0.95, "min_questions": 20},
+              "tasks": {"lover_bbh_navigate": {
+                  "rows": {"majority": {**row, "top_pick_share": 0.72, "answered": 25, "one_answer": False},
+                           "lover_sum": {**row, "top_pick_share": 1.0, "answered": 25, "one_answer": True}},
+                  "distinct_answers": 2.0, "paired": {}}}}
+    text = render_markdown(report)
+    assert "| lover_sum | 0.580 [0.400, 0.760] n=25, one answer 100% |" in text
+    assert "| majority | 0.580 [0.400, 0.760] n=25 |" in text
+    assert "(≥ 95%, of ≥ 20 answered questions)" in text

@@ -8,7 +8,7 @@ from test_verifier import make_world, planted
 
 from lover_lmeval.core.select.answers import get_extractor
 from lover_lmeval.core.decode.branch import Branch
-from lover_lmeval.apps.diagnostics import branch_records, cross_fit_supervised, diagnose
+from lover_lmeval.apps.diagnostics import branch_records, cross_fit_supervised, diagnose, pick_shares
 from lover_lmeval.core.stats import auroc, expected_calibration_error
 from lover_lmeval.core.results import LoverResult
 
@@ -93,3 +93,23 @@ def test_branch_records_by_hand():
     assert [(r["doc_id"], r["branch"], r["answer"], r["right"]) for r in records] == [(7, 0, "7", False), (7, 1, "3", True)]
     assert [r["lover"] for r in records] == [pytest.approx(0.1), pytest.approx(0.9)]
     assert all(r["finish"] == "stop" and r["tokens"] == 1 and r["confidence"] == 0.0 and r["task"] == "t" for r in records)
+
+
+def test_pick_shares_name_the_rows_that_answer_one_way():
+    """lm-eval's logged samples as `lover compare` reads them (one request a question, `filtered_resps` [[pick]]):
+
+    - greedy: "no" to 19 of 20 answered questions, 2 unanswered ("") -> 0.95 of 20 >= 0.95, one answer;
+    - majority: "no" to 12 of 22 -> 0.545..., not one answer;
+    - lover_sum: "yes" to all 10 -> 1.0, but 10 < 20 answered questions: too few to call it one answer;
+    - a row that answered nothing has no share.
+    """
+    def samples(name: str, picks: list[str]) -> list[dict]:
+        return [{"filter": name, "doc_id": i, "filtered_resps": [[pick]]} for i, pick in enumerate(picks)]
+
+    found = pick_shares(samples("greedy", ["no"] * 19 + ["yes"] + [""] * 2)
+                        + samples("majority", ["no"] * 12 + ["yes"] * 10)
+                        + samples("lover_sum", ["yes"] * 10) + samples("cot_max", [""] * 3))
+    assert found["greedy"] == {"top_pick_share": 0.95, "answered": 20, "one_answer": True}
+    assert found["majority"] == {"top_pick_share": 12 / 22, "answered": 22, "one_answer": False}
+    assert found["lover_sum"] == {"top_pick_share": 1.0, "answered": 10, "one_answer": False}
+    assert found["cot_max"] == {"top_pick_share": None, "answered": 0, "one_answer": False}

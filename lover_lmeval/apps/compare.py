@@ -136,18 +136,27 @@ def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, co
     return curves
 
 
+def _cell(cell: dict | None) -> str:
+    if not cell:
+        return "–"
+    text = f"{cell['acc']:.3f} [{cell['low']:.3f}, {cell['high']:.3f}] n={cell['n']}"
+    return f"{text}, one answer {cell['top_pick_share']:.0%}" if cell.get("one_answer") else text
+
+
 def render_markdown(report: dict) -> str:
     tasks = list(report["tasks"])
     lines = ["| strategy | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
     extra = sorted({row for t in tasks for row in report["tasks"][t]["rows"]} - set(ROWS))
     for row in (*ROWS, *extra):
-        cells = []
-        for task in tasks:
-            cell = report["tasks"][task]["rows"].get(row)
-            cells.append(f"{cell['acc']:.3f} [{cell['low']:.3f}, {cell['high']:.3f}] n={cell['n']}" if cell else "–")
+        cells = [_cell(report["tasks"][task]["rows"].get(row)) for task in tasks]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     lines.append("| distinct answers / question | " + " | ".join(
         f"{report['tasks'][t]['distinct_answers']:.2f}" for t in tasks) + " |")
+    if any(", one answer " in line for line in lines):
+        rule = report["one_answer_rule"]
+        lines += ["", f"*one answer N%*: the row gave one answer to N% (≥ {rule['share']:.0%}, of ≥ "
+                  f"{rule['min_questions']} answered questions); a gain over majority there can be that answer's share "
+                  "of the gold answers, not selection."]
     lines += ["", "Paired bootstrap (same questions), LoVer(sum) minus baseline:", ""]
     for task in tasks:
         for name, stats in report["tasks"][task]["paired"].items():
@@ -193,10 +202,11 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     from ..core.verify.checkpoints import gold_labels_used, label_tag, load_checkpoint
     from ..core.decode.features import check_layer
     from ..core.files import write_text
-    from ..core.verify.scoring import batch_results, store_scores, unparsed_counts
+    from ..core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CONSTANT_ANSWER_SHARE, batch_results,
+                                       store_scores, unparsed_counts)
     from ..core.stats import bootstrap_interval, paired_bootstrap
     from ..harness.model import LoverLM
-    from .diagnostics import branch_records, cross_fit_supervised, diagnose, layer_sweep
+    from .diagnostics import branch_records, cross_fit_supervised, diagnose, layer_sweep, pick_shares
     from .plots import plot_curves
 
     out = Path(out)
@@ -217,6 +227,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     metas = {**pipeline.verifier_meta, **{name: meta for name, (_, meta) in extra.items()}}
     tags = {name: label_tag(meta) for name, meta in metas.items()}
     report = {"model_args": model_args, "limit": limit, "n_boot": n_boot, "identity": pipeline.identity,
+              "one_answer_rule": {"share": CONSTANT_ANSWER_SHARE, "min_questions": CONSTANT_ANSWER_MIN_QUESTIONS},
               "verifiers": {name: {"checkpoint": Path(checkpoints[name]).name if name in extra else "model_args",
                                    "gold_labels_used": gold_labels_used(meta),
                                    "dev_question_ids": meta.get("dev_question_ids")}
@@ -231,10 +242,10 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,
                                     gen_kwargs=gen_kwargs or None, apply_chat_template=apply_chat_template)
         table, results, gold, doc_ids = table_from_samples(evaluated["samples"][task], extract, metric, gold_extract)
-        for name in pipeline.verifier_meta:
-            for reduce in ("max", "sum"):
-                if tags[name] and f"{name}_{reduce}" in table:
-                    table[f"{name}_{reduce}{tags[name]}"] = table.pop(f"{name}_{reduce}")
+        renamed = {f"{name}_{reduce}": f"{name}_{reduce}{tags[name]}" for name in pipeline.verifier_meta
+                   for reduce in ("max", "sum") if tags[name]}
+        table = {renamed.get(row, row): correct for row, correct in table.items()}
+        shares = {renamed.get(row, row): share for row, share in pick_shares(evaluated["samples"][task]).items()}
         if extra:
             features = batch_results(results, extract_name)[0]  # (Q, N, 2, D)
         for name, (verifier, _) in extra.items():
@@ -252,7 +263,9 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         rows = {}
         for name, correct in table.items():
             low, high = bootstrap_interval(correct, n_boot, rng)
-            rows[name] = {"acc": float(correct.mean()), "low": low, "high": high, "n": int(len(correct))}
+            # pick_shares' keys for an lm-eval filter's row; none for a row derived here (supervised_cv_*, ...)
+            rows[name] = {"acc": float(correct.mean()), "low": low, "high": high, "n": int(len(correct)),
+                          **shares.get(name, {})}
         paired = {base: paired_bootstrap(table[lover_sum], table[base], n_boot, rng)
                   for base in ("majority", "cot_sum") if base in table and lover_sum in table}
         distinct = float(np.mean([n_answer_groups([a.value if (a := stated_answer(extract, b)) else None

@@ -10,6 +10,8 @@ labelled ceiling and says so in its name.
   question, gold among the answers (pass@N), gold group largest (majority right), gold group scored
   highest (the verifier's pick right), and the share of answered questions given LoVer(sum)'s most common pick (near 1: a
   constant answer, the fit separated the answers' texts rather than right from wrong; RESULTS.md run 10).
+- `pick_shares`: the same share for every strategy row, from lm-eval's own filtered answers: greedy, short3 and
+  LoVer all won navigate by answering one way (run 19 B).
 - `layer_sweep`: the label-free fit refit on features of each layer, accuracy of LoVer max/sum and
   AUROC per layer. Features come from the results when lover_hf kept them (`extra_layers=`, nearly free
   while decoding), else passes over the branches' tokens (similar lengths together) for all layers.
@@ -29,7 +31,8 @@ import torch
 from ..core.select.answers import answer_members, span_confidence, stated_answer
 from ..core.decode.features import features_from_tokens
 from ..core.results import LoverResult
-from ..core.verify.scoring import answer_ids, batch_results, fit_on_results, gold_labels, store_scores, top_pick
+from ..core.verify.scoring import (answer_ids, batch_results, constant_answer, fit_on_results, gold_labels,
+                                   store_scores, top_pick)
 from ..core.select.selection import select
 from ..core.stats import auroc, expected_calibration_error
 from ..core.verify.verifier import fit
@@ -91,6 +94,20 @@ def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -
         "gold_group_top_scored": float(np.mean(top_scored)),
         "top_pick_share": None if top is None else top[1],
     }
+
+
+def pick_shares(samples: list[dict]) -> dict[str, dict]:
+    """Per filter of lm-eval's logged samples (one strategy row): "top_pick_share", the share of the answered
+    questions given its most common pick (scoring.top_pick, as the test-time fit's constant-answer warning counts;
+    None when none was answered), "answered", how many were, and "one_answer", whether that warning's rule
+    (scoring.constant_answer) calls it one answer: then a gain over majority can be that answer meeting a skewed set,
+    not selection. Reads no gold answer."""
+    picks: dict[str, list[str]] = {}
+    for sample in samples:
+        picks.setdefault(sample["filter"], []).append(sample["filtered_resps"][0][0])  # one request, one pick
+    return {name: {"top_pick_share": None if (found := top_pick(answers)) is None else found[1],
+                   "answered": sum(1 for a in answers if a), "one_answer": constant_answer(answers) is not None}
+            for name, answers in picks.items()}
 
 
 def strategy_correct(results: list, gold: list[str], strategy: str, extract, verifier: str = "lover") -> np.ndarray:

@@ -134,12 +134,13 @@ def one_sided(scores: list[np.ndarray], share: float = 0.95) -> str | None:
     return None
 
 
-#: A selection that gives one answer to this share of the answered questions is named as answering one way: by the
-#: test-time fit's warning, `lover compare`'s leaderboard and the selectors' benchmark table.
-CONSTANT_ANSWER_SHARE = 0.95
+#: A selection that gives one answer to this share of at least this many answered questions is named as answering
+#: one way: by the test-time fit's warning, `lover compare`'s leaderboard and the selectors' benchmark table.
+CONSTANT_ANSWER_SHARE, CONSTANT_ANSWER_MIN_QUESTIONS = 0.95, 20
 
 
-def constant_answer(picks: list[str], share: float = CONSTANT_ANSWER_SHARE, min_questions: int = 20) -> str | None:
+def constant_answer(picks: list[str], share: float = CONSTANT_ANSWER_SHARE,
+                    min_questions: int = CONSTANT_ANSWER_MIN_QUESTIONS) -> str | None:
     """The answer picked in at least `share` of the questions with an answer ("" = no branch gave one; at least
     `min_questions` of them), else None.
 
