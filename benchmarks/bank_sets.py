@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from benchmarks.bench_common import BANKS, UNTIL, model_file
-from lover_lmeval.core.store.bank import BranchBank, record_key
+from lover_lmeval.core.store.bank import BranchBank, record_key, record_settings
 from lover_lmeval.core.decode.branch import Branch
 from lover_lmeval.core.decode.decoding import DecodingConfig
 from lover_lmeval.core.loading import sha256_file
@@ -48,6 +48,8 @@ class BankSet:
     """The tasks' answer extractor (their `lover_select` filters')."""
     dtype: str = "float32"
     """Precision the records were decoded in (bf16 keys carry it)."""
+    decoding: str = "cot"
+    """lover_hf's `decoding=` of the records (DecodingConfig.mode, its other fields at their defaults)."""
 
 
 SETS = {
@@ -68,6 +70,9 @@ SETS = {
                              ("object_counting", "number"), ("web_of_lies", "yes_no"))},
     "1.5b/gsm8k": BankSet("qwen2.5-coder-1.5b-instruct", "lover_gsm8k-test.jsonl.gz", ("lover_gsm8k",), "test", 400,
                           256, "number", dtype="bfloat16"),
+    # The 2025 selectors were published on sampled paths (issue Selectors): the same 400 questions, decoding=sample.
+    "0.5b/gsm8k_sample": BankSet("qwen2.5-coder-0.5b-instruct", "lover_gsm8k-test-sample.jsonl.gz", ("lover_gsm8k",),
+                                 "test", 400, 256, "number", decoding="sample"),
     "135m/gsm8k": BankSet("smollm2-135m-instruct", "lover_gsm8k-test.jsonl.gz", ("lover_gsm8k",), "test", 100, 256,
                           "number"),
     **{f"135m/bbh_{name}": BankSet("smollm2-135m-instruct", f"lover_bbh_{name}.jsonl.gz", (f"lover_bbh_{name}",),
@@ -105,10 +110,8 @@ def tokenizer_of(model: str):
 
 
 def set_key(bank_set: BankSet, prompt_ids: list[int]) -> str:
-    """The record key a lover_hf run of this set gives this prompt (Pipeline.record_keys with default CoT decoding)."""
-    settings = {"decoding": asdict(DecodingConfig()), "until": UNTIL, "max_gen_toks": bank_set.budget}
-    if bank_set.dtype != "float32":
-        settings["dtype"] = bank_set.dtype
+    """The record key a lover_hf run of this set gives this prompt (Pipeline.record_keys' recipe, record_settings)."""
+    settings = record_settings(DecodingConfig(mode=bank_set.decoding), UNTIL, bank_set.budget, bank_set.dtype)
     return record_key(model_source(bank_set.model)[1], prompt_ids, settings)
 
 

@@ -23,7 +23,7 @@ import torch
 
 from .. import __version__
 from .select.answers import get_extractor
-from .store.bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBank, record_key
+from .store.bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBank, record_key, record_settings
 from .verify.checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
 from .config import LoverConfig
 from .decode.decoding import DecodingConfig, iter_branches
@@ -104,16 +104,8 @@ class Pipeline:
                     dtype: torch.dtype | None = None) -> list[str]:
         """Bank keys: everything that determines a question's branches; `dtype` (default: the model's) names the
         precision whose records to look up."""
-        settings = {"decoding": asdict(self.config.decoding), "until": until, "max_gen_toks": max_gen_toks}
-        dtype = dtype or self.model.dtype
-        # Greedy branches in bf16 differ from fp32 ones (benchmarks/RESULTS.md), so they never share a record;
-        # fp32 keys stay as they were, keeping every bank decoded before dtype was part of the key valid.
-        if dtype != torch.float32:
-            settings["dtype"] = str(dtype).removeprefix("torch.")
-        # Sampled branches come from a generator per question (decoding.question_seed); older sample records, drawn
-        # from one generator shared by their batch, keep their keys and are never mixed with these.
-        if self.config.decoding.mode == "sample":
-            settings["rng"] = "question_seed"
+        precision = str(dtype or self.model.dtype).removeprefix("torch.")
+        settings = record_settings(self.config.decoding, until, max_gen_toks, precision)
         return [record_key(self.identity["model"], p, settings) for p in prompts]
 
     def banked(self, keys: list[str]) -> list[bool]:

@@ -30,6 +30,7 @@ import torch
 
 from .bank_store import GzipStore, SqliteStore, open_store, store_kind
 from ..decode.branch import Branch
+from ..decode.decoding import DecodingConfig
 from ..files import atomic_path
 from ..decode.token_stats import decode_stats, encode_stats
 
@@ -82,6 +83,21 @@ class BankConfig:
 
 class NotInBank(LookupError):
     """Raised by lover_hf with bank_only=true when a question has no record in its bank."""
+
+
+def record_settings(decoding: DecodingConfig, until: list[str], max_gen_toks: int, dtype: str = "float32") -> dict:
+    """The settings part of a record's key: everything besides model and prompt that determines its branches. One
+    recipe for lover_hf's keys (Pipeline.record_keys) and the benchmarks' recomputed ones (benchmarks/bank_sets.py)."""
+    settings = {"decoding": asdict(decoding), "until": until, "max_gen_toks": max_gen_toks}
+    # Greedy branches in bf16 differ from fp32 ones (benchmarks/RESULTS.md), so they never share a record; fp32 keys
+    # stay as they were, keeping every bank decoded before dtype was part of the key valid.
+    if dtype != "float32":
+        settings["dtype"] = dtype
+    # Sampled branches come from a generator per question (decoding.question_seed); older sample records, drawn from
+    # one generator shared by their batch, keep their keys and are never mixed with these.
+    if decoding.mode == "sample":
+        settings["rng"] = "question_seed"
+    return settings
 
 
 def record_key(model: str, prompt_ids: list[int], settings: dict) -> str:
