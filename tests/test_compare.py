@@ -12,7 +12,8 @@ import torch
 from lover_lmeval.harness.model import LoverLM
 from lover_lmeval.core.verify.checkpoints import save_checkpoint
 from lover_lmeval.core.verify.verifier import VerifierConfig, fit
-from lover_lmeval.apps.compare import ROWS, compare, render_markdown
+from lover_lmeval.apps.compare import compare, tagged_rows
+from lover_lmeval.apps.leaderboard import ROWS, render_markdown
 from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,13 +111,19 @@ def test_compare_rows_name_every_registered_strategy_in_the_yaml_order():
     strategy must be one, in the order of the task YAMLs' metric rows."""
     import yaml
 
-    from lover_lmeval.apps.compare import ROWS
     from lover_lmeval.core.select.selection import STRATEGIES
 
     assert set(STRATEGIES) <= set(ROWS)
     base = Path(__file__).resolve().parents[1] / "lover_lmeval" / "task_configs" / "_lover_number.yaml"
     yaml_rows = [f["name"] for f in yaml.safe_load(base.read_text())["filter_list"]]
     assert [r for r in ROWS if r in yaml_rows] == yaml_rows
+
+
+def test_rows_of_a_verifier_made_with_labels_say_how_many():
+    """lover with the dev-66 selection (tag "[dev66]") and a label-free extra verifier ("" tag): only lover's two
+    rows are renamed; a verifier missing from `tags` keeps its names too."""
+    assert tagged_rows({"lover": "[dev66]", "trained": ""}, ["lover", "trained", "other"]) == {
+        "lover_max": "lover_max[dev66]", "lover_sum": "lover_sum[dev66]"}
 
 
 def test_the_leaderboard_says_where_a_row_answers_one_way():

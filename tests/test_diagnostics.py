@@ -101,15 +101,20 @@ def test_pick_shares_name_the_rows_that_answer_one_way():
     - greedy: "no" to 19 of 20 answered questions, 2 unanswered ("") -> 0.95 of 20 >= 0.95, one answer;
     - majority: "no" to 12 of 22 -> 0.545..., not one answer;
     - lover_sum: "yes" to all 10 -> 1.0, but 10 < 20 answered questions: too few to call it one answer;
-    - a row that answered nothing has no share.
+    - a row that answered nothing has no share;
+    - after a `take_first` the pick comes bare ("72", not ["72"]): "72", "75" and "7" are three answers (1/3 each),
+      not one "7".
     """
     def samples(name: str, picks: list[str]) -> list[dict]:
         return [{"filter": name, "doc_id": i, "filtered_resps": [[pick]]} for i, pick in enumerate(picks)]
 
     found = pick_shares(samples("greedy", ["no"] * 19 + ["yes"] + [""] * 2)
                         + samples("majority", ["no"] * 12 + ["yes"] * 10)
-                        + samples("lover_sum", ["yes"] * 10) + samples("cot_max", [""] * 3))
+                        + samples("lover_sum", ["yes"] * 10) + samples("cot_max", [""] * 3)
+                        + [{"filter": "first", "doc_id": i, "filtered_resps": [pick]}
+                           for i, pick in enumerate(["72", "75", "7"])])
     assert found["greedy"] == {"top_pick_share": 0.95, "answered": 20, "one_answer": True}
     assert found["majority"] == {"top_pick_share": 12 / 22, "answered": 22, "one_answer": False}
     assert found["lover_sum"] == {"top_pick_share": 1.0, "answered": 10, "one_answer": False}
     assert found["cot_max"] == {"top_pick_share": None, "answered": 0, "one_answer": False}
+    assert found["first"] == {"top_pick_share": 1 / 3, "answered": 3, "one_answer": False}

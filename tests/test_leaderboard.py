@@ -69,7 +69,8 @@ def test_a_recommendation_that_answers_one_way_says_so():
     """The one-answer check, by hand (20 questions a set):
 
     - 0.5b/bbh_navigate: the gold answers are "Yes" on the first 14 questions (0.70). `lover_max` says "Yes" to the
-      first 19 (share 0.95 >= 0.9): right on 15. Majority says "Yes" to the first 10, "No" to the next 4 and "Yes"
+      first 19 (share 0.95 of 20 answered: exactly on the package's rule, >= 0.95 of >= 20, so it is one answer):
+      right on 15. Majority says "Yes" to the first 10, "No" to the next 4 and "Yes"
       to the last 6 (share 0.80, not flagged): right on 10.
     - 0.5b/bbh_web_of_lies: both say "No" on 12 and "Yes" on 8 (share 0.60, not flagged), right on 18 of 20.
     - 0.5b/bbh_causal_judgement: both right on all 20; its report has no picks -> listed as unchecked, not as fine.
@@ -91,11 +92,14 @@ def test_a_recommendation_that_answers_one_way_says_so():
     judgement = _report("0.5b/bbh_causal_judgement",
                         {"majority": [1] * 20, "lover_max": [1] * 20, "pass_at_n": [1] * 20})
 
-    assert selectors_table.one_answer_shares(navigate) == {"majority": 0.8, "lover_max": 0.95, "gold": 0.7}
+    assert selectors_table.one_answer_shares(navigate) == {
+        "shares": {"majority": 0.8, "lover_max": 0.95, "gold": 0.7}, "one_way": ["lover_max"]}
     assert selectors_table.one_answer_shares(judgement) is None
     found = selectors_table.recommend({"0.5b/bbh_navigate": navigate, "0.5b/bbh_web_of_lies": lies,
                                        "0.5b/bbh_causal_judgement": judgement})["yes/no, true/false"]
     assert found["best_point_estimate"] == "lover_max" and found["best_acc"] == 53 / 60
     assert found["one_answer"] == {"0.5b/bbh_navigate": {"share": 0.95, "gold": 0.7}}
     assert found["one_answer_unchecked"] == ["0.5b/bbh_causal_judgement"]
-    assert selectors_table._one_answer(found) == "; `lover_max` answers one way on 0.5b/bbh_navigate 95% (gold 70%)"
+    assert selectors_table._one_answer(found) == ("; `lover_max` answers one way on 0.5b/bbh_navigate 95% (gold 70%); "
+                                                  "not checked for one answer: 0.5b/bbh_causal_judgement (reports "
+                                                  "without picks)")

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lover_lmeval.apps.compare import ROWS
+from lover_lmeval.apps.leaderboard import ROWS
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.stats import auroc, paired_bootstrap
-from lover_lmeval.core.verify.scoring import CONSTANT_ANSWER_SHARE, top_pick
+from lover_lmeval.core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CONSTANT_ANSWER_SHARE, constant_answer,
+                                              top_pick)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
 from benchmarks.bench_common import REPO, RESULTS  # noqa: E402
@@ -67,19 +68,18 @@ def path_aurocs(report: dict) -> dict:
 
 
 def one_answer_shares(report: dict) -> dict | None:
-    """Per label-free selector, the share of the set's answered questions given its most common answer (as the
-    package's constant-answer warning counts it, scoring.top_pick); under "gold", the same share of the gold answers
-    (what answering one way would score at best). None for a report written before selectors_run.py kept the picks."""
+    """"shares": per label-free selector, the share of the set's answered questions given its most common answer
+    (scoring.top_pick; None if it answered none), and under "gold" the same share of the gold answers (what answering
+    one way scores at best); "one_way": the selectors that the package's constant-answer rule calls one answer
+    (scoring.constant_answer, as the test-time fit's warning and `lover compare` do). None for a report written
+    before selectors_run.py kept the picks."""
     questions = report["questions"]
     if "picked" not in questions[0]:
         return None
-
-    def share(answers: list) -> float:
-        found = top_pick(answers)
-        return 0.0 if found is None else found[1]
-
-    return {**{s: share([q["picked"][s] for q in questions]) for s in questions[0]["picked"]},
-            "gold": share([q["gold"] for q in questions])}
+    picks = {s: [q["picked"][s] for q in questions] for s in questions[0]["picked"]}
+    picks["gold"] = [q["gold"] for q in questions]
+    return {"shares": {s: None if (found := top_pick(p)) is None else found[1] for s, p in picks.items()},
+            "one_way": [s for s, p in picks.items() if s != "gold" and constant_answer(p) is not None]}
 
 
 def recommend(reports: dict[str, dict]) -> dict:
@@ -107,8 +107,8 @@ def recommend(reports: dict[str, dict]) -> dict:
                        "missing": [name for name in family_sets if name not in reports],
                        # Where the best selector answers (almost) one way, its gain is the gold answers' skew: on
                        # navigate (session 24) greedy, short3 and LoVer tied at +0.132 that way, not by selecting.
-                       "one_answer": {name: {"share": found[best], "gold": found["gold"]} for name, found in
-                                      shares.items() if found and found[best] >= CONSTANT_ANSWER_SHARE},
+                       "one_answer": {name: {"share": found["shares"][best], "gold": found["shares"]["gold"]}
+                                      for name, found in shares.items() if found and best in found["one_way"]},
                        "one_answer_unchecked": [name for name, found in shares.items() if found is None]}
     return out
 
@@ -125,7 +125,9 @@ def _one_answer(rec: dict) -> str:
     """The sets where the best selector gives one answer to >= CONSTANT_ANSWER_SHARE of the answered questions, with
     the share of the gold answers' most common one beside it (the selector's habit, then the set's skew)."""
     flagged = [f"{name} {d['share']:.0%} (gold {d['gold']:.0%})" for name, d in rec["one_answer"].items()]
-    return f"; `{rec['best_point_estimate']}` answers one way on {', '.join(flagged)}" if flagged else ""
+    text = f"; `{rec['best_point_estimate']}` answers one way on {', '.join(flagged)}" if flagged else ""
+    unchecked = rec["one_answer_unchecked"]
+    return text + (f"; not checked for one answer: {', '.join(unchecked)} (reports without picks)" if unchecked else "")
 
 
 def _versus(table: dict, baseline: str) -> list[str]:
@@ -167,12 +169,13 @@ def markdown(table: dict, recommendation: dict) -> str:
     checked = [n for n in table["one_answer"] if table["one_answer"][n]]
     if checked:
         lines += ["", "Share of a set's answered questions given each selector's most common answer (`gold`: the "
-                  f"gold answers'; **bold** at {CONSTANT_ANSWER_SHARE:.0%} or more, where a gain over majority can be "
-                  "a one-way answer meeting a skewed set, not selection):", "",
+                  f"gold answers'; **bold**: one answer, {CONSTANT_ANSWER_SHARE:.0%} or more of at least "
+                  f"{CONSTANT_ANSWER_MIN_QUESTIONS} answered questions, where a gain over majority can be that answer "
+                  "meeting a skewed set, not selection):", "",
                   "| selector | " + " | ".join(checked) + " |", "|---|" + "---|" * len(checked)]
         for s in [*[s for s in table["strategies"] if s != ORACLE], "gold"]:
-            shares = [table["one_answer"][n].get(s) for n in checked]
-            flagged = [v is not None and v >= CONSTANT_ANSWER_SHARE and s != "gold" for v in shares]
+            shares = [table["one_answer"][n]["shares"].get(s) for n in checked]
+            flagged = [s in table["one_answer"][n]["one_way"] for n in checked]
             cells = ["—" if v is None else f"**{v:.2f}**" if bold else f"{v:.2f}" for v, bold in zip(shares, flagged)]
             lines.append(f"| `{s}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -195,9 +198,10 @@ def readme_block(table: dict, recommendation: dict) -> str:
                          f"{_interval(rec['best_minus_majority'])} vs majority, n = {rec['n']}"
                          f"{_provisional(rec)}{_one_answer(rec)}).")
     if any(rec.get("one_answer") for rec in recommendation.values()):
-        lines += ["", f"*Answers one way*: the selector gave one answer to that share (≥ {CONSTANT_ANSWER_SHARE:.0%}) "
-                  "of the set's answered questions; in brackets, the share of the set's most common gold answer, what "
-                  "one answer scores at best. Its gain over majority there is the set's skew, not selection."]
+        lines += ["", f"*Answers one way*: the selector gave one answer to that share (≥ {CONSTANT_ANSWER_SHARE:.0%} "
+                  f"of at least {CONSTANT_ANSWER_MIN_QUESTIONS}) of the set's answered questions; in brackets, the "
+                  "share of the set's most common gold answer, what one answer scores at best. Its gain over majority "
+                  "there can be the set's skew, not selection."]
     lines += ["", "Every selector on every set, with intervals: "
               "[benchmarks/results/selectors/leaderboard.md](benchmarks/results/selectors/leaderboard.md).", END]
     return "\n".join(lines)

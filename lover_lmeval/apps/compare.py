@@ -19,17 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .leaderboard import render_diagnostics, render_markdown
 from .train import add_lm_eval_arguments, task_extractor
 
 log = logging.getLogger(__name__)
 
 ROWS_VERIFIERS = ("lover", "supervised", "supervised_cv")  # names taken by built-in rows
-# In the task YAMLs' order: baselines, the token-statistics selectors (core/select/selectors.py), LoVer, the oracle.
-# Spelled out, not read from the strategy registry, which would import torch for `--help` (test_compare checks they
-# agree).
-ROWS = ("greedy", "majority", "cot_max", "cot_sum", "self_certainty", "self_certainty_borda", "deepconf10_w32",
-        "deepconf90_w32", "cisc_t0.1", "loglik_max", "loglik_vote", "short3", "lover_max", "lover_sum",
-        "supervised_max", "supervised_sum", "supervised_cv_max", "supervised_cv_sum", "pass_at_n")
 # The metrics whose per-sample value is the 0/1 correctness of the filter's pick, which every row needs
 READABLE_METRICS = ("lover_match", "exact_match")
 
@@ -116,6 +111,13 @@ def table_from_samples(samples: list[dict], extract, metric: str = "exact_match"
     return table, ordered, gold, ids
 
 
+def tagged_rows(tags: dict[str, str], verifiers: list[str]) -> dict[str, str]:
+    """Row name -> the name it is shown under: a verifier made with gold labels says how many in its rows' names
+    (`lover_max` -> `lover_max[dev66]`, checkpoints.label_tag); a label-free one ("" tag) keeps its names."""
+    return {f"{name}_{reduce}": f"{name}_{reduce}{tags[name]}" for name in verifiers for reduce in ("max", "sum")
+            if tags.get(name)}
+
+
 def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, config=None,
                   device=None) -> dict[str, list[float]]:
     """Majority and LoVer(sum) using only the first n branches, n = 1..N (verifier refit on them, on `device`). The
@@ -134,55 +136,6 @@ def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, co
         for strategy in ("majority", "lover_sum"):
             curves[strategy].append(float(strategy_correct(subset, gold, strategy, extract).mean()))
     return curves
-
-
-def _cell(cell: dict | None) -> str:
-    if not cell:
-        return "–"
-    text = f"{cell['acc']:.3f} [{cell['low']:.3f}, {cell['high']:.3f}] n={cell['n']}"
-    return f"{text}, one answer {cell['top_pick_share']:.0%}" if cell.get("one_answer") else text
-
-
-def render_markdown(report: dict) -> str:
-    tasks = list(report["tasks"])
-    lines = ["| strategy | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
-    extra = sorted({row for t in tasks for row in report["tasks"][t]["rows"]} - set(ROWS))
-    for row in (*ROWS, *extra):
-        cells = [_cell(report["tasks"][task]["rows"].get(row)) for task in tasks]
-        lines.append(f"| {row} | " + " | ".join(cells) + " |")
-    lines.append("| distinct answers / question | " + " | ".join(
-        f"{report['tasks'][t]['distinct_answers']:.2f}" for t in tasks) + " |")
-    if any(", one answer " in line for line in lines):
-        rule = report["one_answer_rule"]
-        lines += ["", f"*one answer N%*: the row gave one answer to N% (≥ {rule['share']:.0%}, of ≥ "
-                  f"{rule['min_questions']} answered questions); a gain over majority there can be that answer's share "
-                  "of the gold answers, not selection."]
-    lines += ["", "Paired bootstrap (same questions), LoVer(sum) minus baseline:", ""]
-    for task in tasks:
-        for name, stats in report["tasks"][task]["paired"].items():
-            lines.append(f"- {task}, lover_sum − {name}: {stats['diff']:+.3f} [{stats['low']:+.3f}, "
-                         f"{stats['high']:+.3f}], P(not better) = {stats['p_not_better']:.3f}")
-    return "\n".join(lines) + "\n"
-
-
-def render_diagnostics(report: dict) -> str:
-    keys = ("auroc_pooled", "auroc_per_question_mean", "mean_score_correct", "mean_score_incorrect", "ece",
-            "branch_accuracy", "groups_per_question", "gold_among_answers", "gold_group_largest",
-            "gold_group_top_scored", "top_pick_share")
-    lines = ["| task | verifier | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
-    for task, entry in report["tasks"].items():
-        for name, diag in entry.get("diagnostics", {}).items():
-            cells = ["–" if diag[k] is None else f"{diag[k]:.3f}" for k in keys]
-            lines.append(f"| {task} | {name} | " + " | ".join(cells) + " |")
-    for task, entry in report["tasks"].items():
-        if "layer_sweep" in entry:
-            sweep = entry["layer_sweep"]
-            lines += ["", f"Layer sweep on {task} (label-free refit per layer):", "",
-                      "| layer | " + " | ".join(map(str, sweep["layers"])) + " |",
-                      "|---|" + "---|" * len(sweep["layers"])]
-            for key in ("lover_max", "lover_sum", "auroc_pooled"):
-                lines.append(f"| {key} | " + " | ".join("–" if v is None else f"{v:.3f}" for v in sweep[key]) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def compare(model_args: str, tasks: list[str], include_path: str, limit: int | None, out: str | Path,
@@ -242,8 +195,7 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
         evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,
                                     gen_kwargs=gen_kwargs or None, apply_chat_template=apply_chat_template)
         table, results, gold, doc_ids = table_from_samples(evaluated["samples"][task], extract, metric, gold_extract)
-        renamed = {f"{name}_{reduce}": f"{name}_{reduce}{tags[name]}" for name in pipeline.verifier_meta
-                   for reduce in ("max", "sum") if tags[name]}
+        renamed = tagged_rows(tags, list(pipeline.verifier_meta))
         table = {renamed.get(row, row): correct for row, correct in table.items()}
         shares = {renamed.get(row, row): share for row, share in pick_shares(evaluated["samples"][task]).items()}
         if extra:

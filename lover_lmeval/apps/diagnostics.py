@@ -104,7 +104,9 @@ def pick_shares(samples: list[dict]) -> dict[str, dict]:
     not selection. Reads no gold answer."""
     picks: dict[str, list[str]] = {}
     for sample in samples:
-        picks.setdefault(sample["filter"], []).append(sample["filtered_resps"][0][0])  # one request, one pick
+        pick = sample["filtered_resps"][0]  # one request a question
+        # [pick] when lover_select ends the chain, the bare pick after a take_first (as harness/metric.py reads it)
+        picks.setdefault(sample["filter"], []).append(pick[0] if isinstance(pick, list) else pick)
     return {name: {"top_pick_share": None if (found := top_pick(answers)) is None else found[1],
                    "answered": sum(1 for a in answers if a), "one_answer": constant_answer(answers) is not None}
             for name, answers in picks.items()}

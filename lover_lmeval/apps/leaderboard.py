@@ -1,0 +1,61 @@
+"""`lover compare`'s leaderboard as markdown: the strategy rows with their intervals, the paired differences, the
+verifier diagnostics and the layer sweep, from the report `compare.compare` writes to leaderboard.json."""
+
+from __future__ import annotations
+
+# In the task YAMLs' order: baselines, the token-statistics selectors (core/select/selectors.py), LoVer, the oracle.
+# Spelled out, not read from the strategy registry, which would import torch for `--help` (test_compare checks they
+# agree).
+ROWS = ("greedy", "majority", "cot_max", "cot_sum", "self_certainty", "self_certainty_borda", "deepconf10_w32",
+        "deepconf90_w32", "cisc_t0.1", "loglik_max", "loglik_vote", "short3", "lover_max", "lover_sum",
+        "supervised_max", "supervised_sum", "supervised_cv_max", "supervised_cv_sum", "pass_at_n")
+
+
+def _cell(cell: dict | None) -> str:
+    """One leaderboard cell: accuracy [95% interval] n, and the one-answer share where pick_shares flagged the row."""
+    if not cell:
+        return "–"
+    text = f"{cell['acc']:.3f} [{cell['low']:.3f}, {cell['high']:.3f}] n={cell['n']}"
+    return f"{text}, one answer {cell['top_pick_share']:.0%}" if cell.get("one_answer") else text
+
+
+def render_markdown(report: dict) -> str:
+    tasks = list(report["tasks"])
+    lines = ["| strategy | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    extra = sorted({row for t in tasks for row in report["tasks"][t]["rows"]} - set(ROWS))
+    for row in (*ROWS, *extra):
+        cells = [_cell(report["tasks"][task]["rows"].get(row)) for task in tasks]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    lines.append("| distinct answers / question | " + " | ".join(
+        f"{report['tasks'][t]['distinct_answers']:.2f}" for t in tasks) + " |")
+    if any(row.get("one_answer") for t in tasks for row in report["tasks"][t]["rows"].values()):
+        rule = report["one_answer_rule"]
+        lines += ["", f"*one answer N%*: the row gave one answer to N% (≥ {rule['share']:.0%}, of ≥ "
+                  f"{rule['min_questions']} answered questions); a gain over majority there can be that answer's share "
+                  "of the gold answers, not selection."]
+    lines += ["", "Paired bootstrap (same questions), LoVer(sum) minus baseline:", ""]
+    for task in tasks:
+        for name, stats in report["tasks"][task]["paired"].items():
+            lines.append(f"- {task}, lover_sum − {name}: {stats['diff']:+.3f} [{stats['low']:+.3f}, "
+                         f"{stats['high']:+.3f}], P(not better) = {stats['p_not_better']:.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def render_diagnostics(report: dict) -> str:
+    keys = ("auroc_pooled", "auroc_per_question_mean", "mean_score_correct", "mean_score_incorrect", "ece",
+            "branch_accuracy", "groups_per_question", "gold_among_answers", "gold_group_largest",
+            "gold_group_top_scored", "top_pick_share")
+    lines = ["| task | verifier | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+    for task, entry in report["tasks"].items():
+        for name, diag in entry.get("diagnostics", {}).items():
+            cells = ["–" if diag[k] is None else f"{diag[k]:.3f}" for k in keys]
+            lines.append(f"| {task} | {name} | " + " | ".join(cells) + " |")
+    for task, entry in report["tasks"].items():
+        if "layer_sweep" in entry:
+            sweep = entry["layer_sweep"]
+            lines += ["", f"Layer sweep on {task} (label-free refit per layer):", "",
+                      "| layer | " + " | ".join(map(str, sweep["layers"])) + " |",
+                      "|---|" + "---|" * len(sweep["layers"])]
+            for key in ("lover_max", "lover_sum", "auroc_pooled"):
+                lines.append(f"| {key} | " + " | ".join("–" if v is None else f"{v:.3f}" for v in sweep[key]) + " |")
+    return "\n".join(lines) + "\n"
