@@ -1,13 +1,15 @@
 #!/bin/bash
 # The device side of a GPU run (the device tool lends a machine that reaches no registry and syncs the repository
-# afresh on each call, so everything lives under $W): one verb a tool call. setup (wheels, data, banks, piece 0, a
-# check that the stack imports and sees the GPU), piece NN, launch SECONDS (assemble and verify the GGUF, start the
-# run's job detached, then wait), wait SECONDS; launch and wait copy the banks named, the logs and checkpoints into
-# $OUT when the job ends (or fails) or SECONDS pass. A run's own device.sh sets JOB (its job script, from the repository
-# root), SHA (the GGUF's sha256), DEFAULT_STEPS (the job's steps when STEPS is unset) and BANKS_BACK (bank files to
-# copy back), then runs this. First used by run 18 A (benchmarks/runs/run18_gpu_1.5b_arms.md says how the pieces and
-# wheels are made).
-: "${JOB:?set by the run's device.sh}" "${SHA:?set by the run's device.sh}"
+# afresh on each call, so everything lives under $W): one verb a tool call. setup (wheels, data, banks, a check that
+# the stack imports and sees the GPU), piece NAME (a file .gpu/NAME: a GGUF piece `MODEL.pNN`; a folder: more banks,
+# merged into $W/banks), launch SECONDS (assemble and verify each GGUF, start the run's job detached, then wait), wait
+# SECONDS; launch and wait copy the banks named, the logs and checkpoints into $OUT when the job ends (or fails) or
+# SECONDS pass. A run's own device.sh sets JOB (its job script, from the repository root), GGUFS ("MODEL:SHA256 ...",
+# get-model names; the first is also G), DEFAULT_STEPS (the job's steps when STEPS is unset) and BANKS_BACK (bank files
+# to copy back, relative to $W/banks), then runs this. On the device `../shared/bin/get-model MODEL` prints the
+# assembled GGUF, so scripts that fetch by name run unchanged. First used by run 18 A
+# (benchmarks/runs/run18_gpu_1.5b_arms.md says how the pieces and wheels are made; run 27 how they are named now).
+: "${JOB:?set by the run's device.sh}" "${GGUFS:?set by the run's device.sh}"
 W=/root/w
 export PYTHONPATH=$W/site:$W/repo LOVER_DATA_DIR=$W/data LOVER_CACHE_DIR=$W/cache HF_HUB_OFFLINE=1 \
   HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
@@ -26,11 +28,15 @@ wait_job() {  # until the job ends or $1 seconds pass, printing progress every m
   done
   collect
 }
+repo_copy() {  # the synced tree is replaced on every call: the job runs from a copy outside it
+  rm -rf $W/repo && mkdir -p $W/repo && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ \
+    && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
+}
 case $1 in
   setup)
-    mkdir -p $W/p $W/site $W/out
+    mkdir -p $W/p $W/site $W/out $W/m $W/shared/bin
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site .whl/*.whl || exit 1
-    cp -r .gpu/data .gpu/banks $W/ && cp .gpu/p00 $W/p/
+    cp -r .gpu/data .gpu/banks $W/
     # lover_lmeval's start-up hook (its .pth in a pip install) registers the lover_* tasks; here the package is on
     # PYTHONPATH only, so a sitecustomize there imports the hook, after any sitecustomize the image already has
     printf '%s\n' 'import os, sys' 'for _p in sys.path:' \
@@ -38,7 +44,9 @@ case $1 in
       '    if os.path.abspath(_p) != os.path.dirname(os.path.abspath(__file__)) and os.path.isfile(_f):' \
       '        exec(compile(open(_f).read(), _f, "exec")); break' \
       'import lover_lmeval.harness.autoload' > $W/site/sitecustomize.py
-    mkdir -p $W/repo && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
+    printf '%s\n' '#!/bin/bash' "f=$W/m/\$1.gguf; [ -f \"\$f\" ] && echo \"\$f\" || { echo \"no \$f\" >&2; exit 1; }" \
+      > $W/shared/bin/get-model && chmod +x $W/shared/bin/get-model
+    repo_copy
     nvidia-smi -L; nproc; free -g | head -2
     cd $W/repo && python3 -c "
 import torch, transformers, lm_eval, gguf, datasets
@@ -49,13 +57,16 @@ import lover_lmeval.apps.cli
 t = TaskManager().load(['lover_gsm8k'])['tasks']['lover_gsm8k']
 print('test docs', len(list(t.test_docs())), 'train docs', len(list(t.training_docs())))" 2>&1 | grep -v Warning | tail -5 ;;
   piece)
-    cp .gpu/p$2 $W/p/ && ls $W/p | wc -l && du -cb $W/p | tail -1 ;;
+    if [ -d ".gpu/$2" ]; then cp -r ".gpu/$2/." $W/banks/ && find $W/banks -type f | wc -l
+    else cp ".gpu/$2" $W/p/ && ls $W/p | wc -l && du -cb $W/p | tail -1; fi ;;
   launch)
-    rm -rf $W/repo && mkdir -p $W/repo $W/m && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ \
-      && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
-    cat $W/p/p?? > $W/m/q15.gguf && echo "$SHA  $W/m/q15.gguf" | sha256sum -c || exit 1
-    STEPS="${STEPS:-$DEFAULT_STEPS}" BATCH=128 PY=python3 R=$W/repo G=$W/m/q15.gguf B=$W/banks O=$W/out setsid nohup bash "$W/repo/$JOB" \
-      > $W/out/job.log 2>&1 < /dev/null &
+    repo_copy
+    for spec in $GGUFS; do
+      m=${spec%%:*}; cat $W/p/$m.p?? > $W/m/$m.gguf && echo "${spec#*:}  $W/m/$m.gguf" | sha256sum -c || exit 1
+    done
+    first=${GGUFS%% *}
+    STEPS="${STEPS:-$DEFAULT_STEPS}" BATCH=128 PY=python3 R=$W/repo G=$W/m/${first%%:*}.gguf MD=$W/m B=$W/banks \
+      O=$W/out setsid nohup bash "$W/repo/$JOB" > $W/out/job.log 2>&1 < /dev/null &
     sleep 2; wait_job $2 ;;
   wait) wait_job $2 ;;
 esac

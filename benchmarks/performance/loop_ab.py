@@ -111,6 +111,7 @@ def main(argv=None) -> int:
     if args.compile:
         res["compile_run_s"] = round(compile_s, 1)
     out = Path(args.output or RESULTS / f"loop_ab_{args.model}_{args.device}_{started.date()}.json")
+    write_text(out, json.dumps(res, indent=2) + "\n")  # the timed rows first: a run cut short in the profile keeps them
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -123,7 +124,7 @@ def main(argv=None) -> int:
             tables.append(f"## {arm}\n{prof.key_averages().table(sort_by=sort, row_limit=25)}")
         write_text(out.with_suffix(".profile.txt"), "\n\n".join(tables) + "\n")
         res["profile"] = out.with_suffix(".profile.txt").name
-    write_text(out, json.dumps(res, indent=2) + "\n")
+        write_text(out, json.dumps(res, indent=2) + "\n")
     print(json.dumps({k: res[k] for k in ("tokens_per_s_of_min", "same_branches_as_first")}, indent=1))
     print(f"[loop_ab] wrote {out}", flush=True)
     return 0
