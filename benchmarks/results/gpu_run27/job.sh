@@ -10,8 +10,9 @@ Q15=qwen2.5-coder-1.5b-instruct; Q05=qwen2.5-coder-0.5b-instruct
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
 cd "$R" || exit 1
-mkdir -p benchmarks/banks "$O/selectors"  # the banks travel apart from the tree (64 MiB a call): linked where read
-for m in $Q15 $Q05; do ln -sfn "$B/$m" "benchmarks/banks/$m"; done
+# The banks travel apart from the tree (64 MiB a call) and are copied where the scripts read them. Linking them failed
+# on the device: the synced tree held folders there, and `ln -sfn` then links inside a folder (run 27's first launch).
+rm -rf benchmarks/banks && mkdir -p benchmarks/banks "$O/selectors" && cp -r "$B/." benchmarks/banks/
 step convert  # once per model, side by side; every later process loads the converted folder in seconds
 for m in $Q15 $Q05; do
   $PY -c "from pathlib import Path; from lover_lmeval.core.loading import convert_gguf; print(convert_gguf(Path('$MD/$m.gguf')))" \
