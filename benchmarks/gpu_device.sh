@@ -8,10 +8,10 @@
 # get-model names; the first is also G), DEFAULT_STEPS (the job's steps when STEPS is unset) and BANKS_BACK (bank files
 # to copy back, relative to $W/banks), then runs this. On the device `../shared/bin/get-model MODEL` prints the
 # assembled GGUF, so scripts that fetch by name run unchanged. First used by run 18 A
-# (benchmarks/runs/run18_gpu_1.5b_arms.md says how the pieces and wheels are made; run 27 how they are named now).
+# (benchmarks/gpu_stage.sh makes the wheels, data, banks and pieces here, and slims the tree a call carries).
 : "${JOB:?set by the run's device.sh}" "${GGUFS:?set by the run's device.sh}"
 W=/root/w
-export PYTHONPATH=$W/site:$W/repo LOVER_DATA_DIR=$W/data LOVER_CACHE_DIR=$W/cache HF_HUB_OFFLINE=1 \
+export PATH=$W/site/bin:$PATH PYTHONPATH=$W/site:$W/repo LOVER_DATA_DIR=$W/data LOVER_CACHE_DIR=$W/cache HF_HUB_OFFLINE=1 \
   HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 collect() {  # at most 8 files back: the banks named, one tarball of logs/JSONs, one of checkpoints
   for bank in ${BANKS_BACK:-}; do cp "$W/banks/$bank" "$OUT/"; done

@@ -4,8 +4,10 @@ and with `--compile` static rows whose step is compiled (a CUDA graph on a GPU).
 in the machine's speed falls on all; every arm must give the first arm's branches token for token (float32; in half
 precision which rows share a step may flip a near-tie, so there the check is reported, not required).
 
-With `--profile`, one more pass of the default arm and of the static arm in blocks under torch.profiler: host (CPU)
-and device time per step, and the ops that take it, into a text file beside the JSON.
+With `--profile`, one more pass of the default arm, of the static arm in blocks and (with `--compile`) of the compiled
+arm under torch.profiler, each `--profile-tokens` steps long (a profiled pass runs several times slower, and a few
+dozen steps show the per-step pattern): host (CPU) and device time per step, and the ops that take it, into a text
+file beside the JSON.
 
     .venv/bin/python benchmarks/performance/loop_ab.py --rounds 2                      # CPU, SmolLM2, fp32
     .venv/bin/python benchmarks/performance/loop_ab.py --model qwen2.5-coder-1.5b-instruct --gguf q15.gguf \\
@@ -48,6 +50,7 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=1, help="R, times each arm runs (alternated); the min counts")
     p.add_argument("--compile", action="store_true", help="add the compiled static arm")
     p.add_argument("--profile", action="store_true", help="profile the default and the static-in-blocks arms")
+    p.add_argument("--profile-tokens", type=int, default=32, help="steps of each profiled pass (default 32)")
     p.add_argument("--output", default=None, help="JSON path (default benchmarks/results/loop_ab_<date>.json)")
     return p.parse_args(argv)
 
@@ -76,13 +79,13 @@ def main(argv=None) -> int:
     config = DecodingConfig(n_branches=10)
     arms = {k: v for k, v in ARMS.items() if args.compile or not v[2]}
 
-    def run(arm):
+    def run(arm, max_new_tokens=args.max_new_tokens):
         sync, static, compiled = arms[arm]
         sync = args.sync if sync is None else sync
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         began = time.perf_counter()
-        branches, _ = decode_branches(model, tok, prompts, config, args.max_new_tokens, until, eos_ids, pad_id,
+        branches, _ = decode_branches(model, tok, prompts, config, max_new_tokens, until, eos_ids, pad_id,
                                       args.rows, sync, static, compiled)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -117,13 +120,13 @@ def main(argv=None) -> int:
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
         tables = []
-        for arm in ("growing, sync 1", "static, sync K"):
+        for arm in ("growing, sync 1", "static, sync K", *(["static, sync K, compiled"] if args.compile else [])):
             with profile(activities=activities) as prof:
-                run(arm)
+                run(arm, args.profile_tokens)
             sort = "self_cuda_time_total" if args.device.startswith("cuda") else "self_cpu_time_total"
             tables.append(f"## {arm}\n{prof.key_averages().table(sort_by=sort, row_limit=25)}")
         write_text(out.with_suffix(".profile.txt"), "\n\n".join(tables) + "\n")
-        res["profile"] = out.with_suffix(".profile.txt").name
+        res["profile"], res["profile_tokens"] = out.with_suffix(".profile.txt").name, args.profile_tokens
         write_text(out, json.dumps(res, indent=2) + "\n")
     print(json.dumps({k: res[k] for k in ("tokens_per_s_of_min", "same_branches_as_first")}, indent=1))
     print(f"[loop_ab] wrote {out}", flush=True)
