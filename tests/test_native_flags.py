@@ -37,6 +37,8 @@ def _lm_eval(tmp_path, model_args: str, *flags: str) -> tuple[subprocess.Complet
 def _sampling(results, samples, log):
     decoding = results["config"]["lover"]["decoding"]
     assert decoding["mode"] == "sample" and decoding["temperature"] == 0.8 and decoding["top_p"] == 0.95
+    # the task's `greedy` row then scores a sampled path: the run says so, once
+    assert log.count("the greedy row scores branch 0, one sampled path, not a greedy decode") == 1
 
 
 def _auto(results, samples, log):

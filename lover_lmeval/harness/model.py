@@ -20,7 +20,7 @@ from ..core.results import LoverResult
 from .batch_size import questions_per_batch
 from .chat import warn_on_prompt_format
 from .filter import check_filters_before_decoding
-from .generation import check_requests, resolve_decoding
+from .generation import check_requests, greedy_row_note, resolve_decoding
 from .model_args import check_before_loading, hub_error, loader_error, one_line_errors, parse_model_args, usage_errors
 from .ranks import fit_every_task
 
@@ -41,6 +41,7 @@ class LoverLM(HFLM):
 
     def __init__(self, pretrained=None, gguf_file=None, device=None, **kwargs):
         one_line_errors()  # on the lm_eval / lover CLI, a bad setting is one line, not a traceback
+        self._logged: set[str] = set()
         config, hf_args, self.explicit = parse_model_args(kwargs)  # bad values fail before the model loads
         gguf_sha256 = None
         if pretrained is None and gguf_file is None:
@@ -82,6 +83,10 @@ class LoverLM(HFLM):
         decoding, kwargs = resolve_decoding(self.pipeline.base_decoding, self.explicit, gen_kwargs,
                                             self.max_gen_toks)
         self.pipeline.use_decoding(decoding)
+        note = greedy_row_note(decoding)
+        if note is not None and note not in self._logged:  # once a run, not once a batch
+            self._logged.add(note)
+            log.warning(note)
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
         max_gen_toks = int(kwargs.pop("max_gen_toks"))
