@@ -145,10 +145,17 @@ def _versus(table: dict, baseline: str) -> list[str]:
     return lines
 
 
+def _not_greedy(table: dict) -> list[str]:
+    """A line naming the sets whose branches are not CoT-decoding's, where `greedy` (branch 0) is no greedy decode."""
+    drawn = [f"{n} ({mode})" for n, mode in table.get("decoding", {}).items() if mode != "cot"]
+    return [f"On {', '.join(drawn)} `greedy` is branch 0, one drawn path (the top beam), not a greedy decode.",
+            ""] if drawn else []
+
+
 def markdown(table: dict, recommendation: dict) -> str:
     lines = ["Accuracy minus majority voting, 95% paired bootstrap interval (10,000 resamples, seed 0); `pass_at_n`: "
              "the oracle's accuracy (an upper bound: it reads the gold answer).", "", *_versus(table, "majority"), "",
-             "Accuracy minus CoT-decoding's summed confidence (`cot_sum`), the same intervals:", "",
+             *_not_greedy(table), "Accuracy minus CoT-decoding's summed confidence (`cot_sum`), the same intervals:", "",
              *_versus(table, "cot_sum"), "", "| family | recommended | evidence |", "|---|---|---|"]
     for family, rec in recommendation.items():
         if rec["selector"] is None:
@@ -259,7 +266,8 @@ def build(folder: Path) -> tuple[dict, dict]:
     table = {"strategies": [s for s in ROWS if s in present] + [s for s in present if s not in ROWS],  # YAML order
              "sets": {n: set_rows(reports[n]) for n in order},
              "auroc": {n: path_aurocs(reports[n]) for n in order},
-             "one_answer": {n: one_answer_shares(reports[n]) for n in order}}
+             "one_answer": {n: one_answer_shares(reports[n]) for n in order},
+             "decoding": {n: reports[n]["bank_set"].get("decoding", "cot") for n in order}}
     return table, recommend(reports)
 
 
