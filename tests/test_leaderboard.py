@@ -103,3 +103,30 @@ def test_a_recommendation_that_answers_one_way_says_so():
     assert selectors_table._one_answer(found) == ("; `lover_max` answers one way on 0.5b/bbh_navigate 95% (gold 70%); "
                                                   "not checked for one answer: 0.5b/bbh_causal_judgement (reports "
                                                   "without picks)")
+
+
+def test_a_winner_answering_one_way_on_every_set_is_read_beside_the_best_that_does_not():
+    """The family's only set answered one way by its winner (20 questions, gold "A" on the first 14, "B" after):
+
+    - `lover_max` says "A" to all 20 (share 1.0, one answer): right on 14, the set's base rate 0.70;
+    - majority says "A" to the first 10 and "C" to the rest: right on 10 (0.50);
+    - `cot_sum` says "A" to the first 10, "C" to the next 4, "B" to 2, "C" to the last 4 (share 0.50): right on 12.
+    The rule's winner is lover_max; its gain is the base rate. Beside it: cot_sum, +0.10 over majority, the two extra
+    right answers a resample misses with probability (18/20)^20 ~ 0.12, so its interval starts at 0: not above it.
+    """
+    selectors_table = _selectors_table()
+    gold = ["A"] * 14 + ["B"] * 6
+    picked = {"majority": ["A"] * 10 + ["C"] * 10, "lover_max": ["A"] * 20,
+              "cot_sum": ["A"] * 10 + ["C"] * 4 + ["B"] * 2 + ["C"] * 4}
+    questions = [{"correct": {**{s: int(v[i] == gold[i]) for s, v in picked.items()}, "pass_at_n": 1},
+                  "gold": gold[i], "picked": {s: v[i] for s, v in picked.items()}} for i in range(20)]
+    found = selectors_table.recommend({"0.5b/mmlu_pro": {"set": "0.5b/mmlu_pro", "questions": questions}})
+    found = found["multiple choice"]
+    assert found["best_point_estimate"] == "lover_max" and found["best_acc"] == 0.7
+    assert found["best_answering_no_set_one_way"]["selector"] == "cot_sum"
+    assert abs(found["best_answering_no_set_one_way"]["minus_majority"]["diff"] - 0.1) < 1e-12
+    assert found["best_answering_no_set_one_way"]["minus_majority"]["low"] == 0
+    text = selectors_table._no_selection(found)
+    assert text.startswith(". It answers one way on every set of the family: its gain is the sets' base rates")
+    assert "the best selector answering no set one way is `cot_sum`, +0.100 [" in text and text.endswith(
+        "vs majority (not above it).")

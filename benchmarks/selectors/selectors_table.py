@@ -99,6 +99,11 @@ def recommend(reports: dict[str, dict]) -> dict:
         versus = _paired(pooled[best], pooled["majority"])
         wins = best != "majority" and versus["low"] > 0
         shares = {name: one_answer_shares(reports[name]) for name in scored}
+        # Added in session 26, after HotpotQA completed the yes/no family with its winner answering one way on every
+        # set: the best selector that answers no set one way, beside the rule's (which it does not replace).
+        one_way = {s for found in shares.values() if found for s in found["one_way"]}
+        selecting = max((s for s in strategies if s != "majority" and s not in one_way),
+                        key=lambda s: pooled[s].mean(), default=None)
         out[family] = {"selector": best if wins else "majority", "best_point_estimate": best,
                        "best_acc": float(pooled[best].mean()), "majority_acc": float(pooled["majority"].mean()),
                        "best_minus_majority": versus, "n": len(pooled[best]),
@@ -109,7 +114,9 @@ def recommend(reports: dict[str, dict]) -> dict:
                        # navigate (session 24) greedy, short3 and LoVer tied at +0.132 that way, not by selecting.
                        "one_answer": {name: {"share": found["shares"][best], "gold": found["shares"]["gold"]}
                                       for name, found in shares.items() if found and best in found["one_way"]},
-                       "one_answer_unchecked": [name for name, found in shares.items() if found is None]}
+                       "one_answer_unchecked": [name for name, found in shares.items() if found is None],
+                       "best_answering_no_set_one_way": None if selecting is None else {
+                           "selector": selecting, "minus_majority": _paired(pooled[selecting], pooled["majority"])}}
     return out
 
 
@@ -128,6 +135,20 @@ def _one_answer(rec: dict) -> str:
     text = f"; `{rec['best_point_estimate']}` answers one way on {', '.join(flagged)}" if flagged else ""
     unchecked = rec["one_answer_unchecked"]
     return text + (f"; not checked for one answer: {', '.join(unchecked)} (reports without picks)" if unchecked else "")
+
+
+def _no_selection(rec: dict) -> str:
+    """The reading when the family's winner answers one way on every one of its sets: its gain over majority is the
+    sets' base rates against a vote below them; then the best selector that answers no set one way, beside it."""
+    if rec["missing"] or set(rec["one_answer"]) != set(rec["sets"]):
+        return "."
+    text = ". It answers one way on every set of the family: its gain is the sets' base rates over a vote below them"
+    other = rec.get("best_answering_no_set_one_way")
+    if other is None:
+        return text + "."
+    verdict = "above" if other["minus_majority"]["low"] > 0 else "not above"
+    return (text + f"; the best selector answering no set one way is `{other['selector']}`, "
+            f"{_interval(other['minus_majority'])} vs majority ({verdict} it).")
 
 
 def _versus(table: dict, baseline: str) -> list[str]:
@@ -163,7 +184,7 @@ def markdown(table: dict, recommendation: dict) -> str:
             continue
         evidence = (f"best pooled: `{rec['best_point_estimate']}` {rec['best_acc']:.3f} vs majority "
                     f"{rec['majority_acc']:.3f}, {_interval(rec['best_minus_majority'])}, n = {rec['n']} "
-                    f"({', '.join(rec['sets'])}){_provisional(rec)}{_one_answer(rec)}")
+                    f"({', '.join(rec['sets'])}){_provisional(rec)}{_one_answer(rec)}{_no_selection(rec)}")
         lines.append(f"| {family} | `{rec['selector']}` | {evidence} |")
     sets = list(table["auroc"])
     scores = list(table["auroc"][sets[0]])
@@ -202,7 +223,7 @@ def readme_block(table: dict, recommendation: dict) -> str:
         else:
             lines.append(f"- {family}: `{rec['selector']}` (best pooled `{rec['best_point_estimate']}`, "
                          f"{_interval(rec['best_minus_majority'])} vs majority, n = {rec['n']}"
-                         f"{_provisional(rec)}{_one_answer(rec)}).")
+                         f"{_provisional(rec)}{_one_answer(rec)}){_no_selection(rec)}")
     if any(rec.get("one_answer") for rec in recommendation.values()):
         lines += ["", f"*Answers one way*: the selector gave one answer to that share (≥ {CONSTANT_ANSWER_SHARE:.0%} "
                   f"of at least {CONSTANT_ANSWER_MIN_QUESTIONS}) of the set's answered questions; in brackets, the "
