@@ -130,3 +130,11 @@ def test_a_winner_answering_one_way_on_every_set_is_read_beside_the_best_that_do
     assert text.startswith(". It answers one way on every set of the family: its gain is the sets' base rates")
     assert "the best selector answering no set one way is `cot_sum`, +0.100 [" in text and text.endswith(
         "vs majority (not above it).")
+
+
+def test_sets_of_drawn_paths_say_their_greedy_row_is_no_greedy_decode():
+    selectors_table = _selectors_table()
+    table = {"decoding": {"0.5b/gsm8k": "cot", "0.5b/gsm8k_sample": "sample"}}
+    assert selectors_table._not_greedy(table) == [
+        "On 0.5b/gsm8k_sample (decoding=sample) `greedy` is branch 0, one sampled path, not a greedy decode.", ""]
+    assert selectors_table._not_greedy({"decoding": {"0.5b/gsm8k": "cot"}}) == []

@@ -142,3 +142,19 @@ def test_an_empty_prompt_is_refused_before_decoding_naming_its_document():
     check_requests([request("Question: 2 + 2?", 0)], DecodingConfig(), set(), 256)
     with pytest.raises(LoverUsageError, match="task my_task doc 7 has an empty prompt"):
         check_requests([request("Question: 2 + 2?", 0), request("  ", 7)], DecodingConfig(), set(), 256)
+
+
+def test_the_greedy_row_is_named_a_drawn_path_once_a_run(tiny_model_dir, caplog):
+    """With decoding=sample the task's `greedy` row scores branch 0, a sampled path: lover_hf says so once, however
+    many groups of requests it decodes; with decoding=cot (branch 0 is the greedy decode) it says nothing."""
+    from lover_lmeval.harness.model import LoverLM
+
+    note = "decoding=sample: the greedy row scores branch 0, one sampled path, not a greedy decode"
+    kwargs = {"until": ["Question:"], "max_gen_toks": 4, "do_sample": False}
+    for decoding, expected in (("sample", 1), ("cot", 0)):
+        lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier=None, decoding=decoding)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="lm_eval.lover_hf"):
+            for context in ("Question: 2 + 2?", "Question: 3 + 3?"):  # two groups: prompts() resolves each
+                lm.prompts([context], kwargs)
+        assert sum(note in record.getMessage() for record in caplog.records) == expected

@@ -5,9 +5,9 @@ in the machine's speed falls on all; every arm must give the first arm's branche
 precision which rows share a step may flip a near-tie, so there the check is reported, not required).
 
 With `--profile`, one more pass of the default arm, of the static arm in blocks and (with `--compile`) of the compiled
-arm under torch.profiler, each `--profile-tokens` steps long (a profiled pass runs several times slower, and a few
-dozen steps show the per-step pattern): host (CPU) and device time per step, and the ops that take it, into a text
-file beside the JSON.
+arm under torch.profiler, the eager ones `--profile-tokens` steps long (a profiled pass runs several times slower,
+and a few dozen steps show the per-step pattern): host (CPU) and device time per step, and the ops that take it, into
+a text file beside the JSON.
 
     .venv/bin/python benchmarks/performance/loop_ab.py --rounds 2                      # CPU, SmolLM2, fp32
     .venv/bin/python benchmarks/performance/loop_ab.py --model qwen2.5-coder-1.5b-instruct --gguf q15.gguf \\
@@ -49,8 +49,10 @@ def parse_args(argv=None):
     p.add_argument("--sync", type=int, default=8, help="K, steps a block for the `sync K` arms (default 8)")
     p.add_argument("--rounds", type=int, default=1, help="R, times each arm runs (alternated); the min counts")
     p.add_argument("--compile", action="store_true", help="add the compiled static arm")
-    p.add_argument("--profile", action="store_true", help="profile the default and the static-in-blocks arms")
-    p.add_argument("--profile-tokens", type=int, default=32, help="steps of each profiled pass (default 32)")
+    p.add_argument("--profile", action="store_true",
+                   help="profile the default, the static-in-blocks and (with --compile) the compiled arm")
+    p.add_argument("--profile-tokens", type=int, default=32,
+                   help="steps of each eager profiled pass (default %(default)s; the compiled arm keeps its length)")
     p.add_argument("--output", default=None, help="JSON path (default benchmarks/results/loop_ab_<date>.json)")
     return p.parse_args(argv)
 
@@ -121,8 +123,10 @@ def main(argv=None) -> int:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
         tables = []
         for arm in ("growing, sync 1", "static, sync K", *(["static, sync K, compiled"] if args.compile else [])):
+            # The compiled step's cache is sized by the token budget: another budget would compile again, in the
+            # profile. Its replays launch few kernels, so a full-length profiled pass costs little.
             with profile(activities=activities) as prof:
-                run(arm, args.profile_tokens)
+                run(arm, args.max_new_tokens if arms[arm][2] else args.profile_tokens)
             sort = "self_cuda_time_total" if args.device.startswith("cuda") else "self_cpu_time_total"
             tables.append(f"## {arm}\n{prof.key_averages().table(sort_by=sort, row_limit=25)}")
         write_text(out.with_suffix(".profile.txt"), "\n\n".join(tables) + "\n")

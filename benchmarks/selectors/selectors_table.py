@@ -20,12 +20,14 @@ from pathlib import Path
 import numpy as np
 
 from lover_lmeval.apps.leaderboard import ROWS
+from lover_lmeval.core.decode.decoding import BRANCH_ZERO
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.stats import auroc, paired_bootstrap
 from lover_lmeval.core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CONSTANT_ANSWER_SHARE, constant_answer,
                                               top_pick)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
+from benchmarks.bank_sets import BankSet  # noqa: E402
 from benchmarks.bench_common import REPO, RESULTS  # noqa: E402
 
 FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
@@ -167,10 +169,10 @@ def _versus(table: dict, baseline: str) -> list[str]:
 
 
 def _not_greedy(table: dict) -> list[str]:
-    """A line naming the sets whose branches are not CoT-decoding's, where `greedy` (branch 0) is no greedy decode."""
-    drawn = [f"{n} ({mode})" for n, mode in table.get("decoding", {}).items() if mode != "cot"]
-    return [f"On {', '.join(drawn)} `greedy` is branch 0, one drawn path (the top beam), not a greedy decode.",
-            ""] if drawn else []
+    """The sets whose branches are not CoT-decoding's, where `greedy` (branch 0) is no greedy decode."""
+    lines = [f"On {name} (decoding={mode}) `greedy` is branch 0, {BRANCH_ZERO[mode]}, not a greedy decode."
+             for name, mode in table["decoding"].items() if mode != "cot"]
+    return lines + [""] if lines else []
 
 
 def markdown(table: dict, recommendation: dict) -> str:
@@ -288,7 +290,8 @@ def build(folder: Path) -> tuple[dict, dict]:
              "sets": {n: set_rows(reports[n]) for n in order},
              "auroc": {n: path_aurocs(reports[n]) for n in order},
              "one_answer": {n: one_answer_shares(reports[n]) for n in order},
-             "decoding": {n: reports[n]["bank_set"].get("decoding", "cot") for n in order}}
+             # Reports written before BankSet had `decoding` are CoT-decoding's branches, its default.
+             "decoding": {n: reports[n]["bank_set"].get("decoding", BankSet.decoding) for n in order}}
     return table, recommend(reports)
 
 

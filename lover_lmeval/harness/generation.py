@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from lm_eval.models.utils import normalize_gen_kwargs
 
-from ..core.decode.decoding import DecodingConfig
+from ..core.decode.decoding import BRANCH_ZERO, DecodingConfig
 from .model_args import LoverUsageError
 
 #: request kwargs lover_hf honours (lm-eval's normalisation folds max_new_tokens & co. into max_gen_toks)
@@ -29,17 +29,13 @@ class GenerationSettingError(LoverUsageError):
     """A generation setting lover_hf cannot honour, or one that contradicts model_args."""
 
 
-#: What branch 0 is where it is not the greedy decode (decoding=cot's branch 0 is): the `greedy` row scores it.
-BRANCH_ZERO = {"sample": "one sampled path", "beam": "the top beam"}
-
-
 def greedy_row_note(decoding: DecodingConfig) -> str | None:
     """The warning a run logs when its `greedy` row is not a greedy decode's score; None for decoding=cot."""
-    what = BRANCH_ZERO.get(decoding.mode)
-    if what is None:
+    if decoding.mode == "cot":
         return None
-    return (f"decoding={decoding.mode}: the greedy row scores branch 0, {what}, not a greedy decode; for a greedy "
-            "baseline run decoding=cot (its branch 0 is the plain greedy decode) or lm-eval's --model hf")
+    return (f"decoding={decoding.mode}: the greedy row scores branch 0, {BRANCH_ZERO[decoding.mode]}, not a greedy "
+            f"decode; for a greedy baseline run decoding=cot (its branch 0 is {BRANCH_ZERO['cot']}) or lm-eval's "
+            "--model hf")
 
 
 def resolve_decoding(base: DecodingConfig, explicit: set[str], gen_kwargs: dict, max_gen_toks: int

@@ -27,7 +27,9 @@ from .rows import Finished, Row, pack, prefill
 from .sampling import next_tokens
 from .static import check_static, iter_static
 
-MODES = ("cot", "sample", "beam")
+#: The decoding modes, and what each one's branch 0 is: the `greedy` row scores it, a greedy decode with `cot` only.
+BRANCH_ZERO = {"cot": "the plain greedy decode", "sample": "one sampled path", "beam": "the top beam"}
+MODES = tuple(BRANCH_ZERO)
 
 
 @dataclass
