@@ -32,6 +32,15 @@ def _request(context, max_gen_toks=6, until=("\n\n",), task="task_a"):
                     0, metadata=(task, 0, 1))
 
 
+@torch.no_grad()
+def _greedy_reference(lm: LoverLM, context: str, max_gen_toks: int) -> list[int]:
+    """Plain `generate` greedy continuation of the model under `lm`: the baseline branch 0 must reproduce."""
+    ids = torch.tensor([lm.tok_encode(context)], device=lm.device)
+    out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_gen_toks,
+                            pad_token_id=lm.tokenizer.pad_token_id)
+    return out[0, ids.shape[1]:].tolist()
+
+
 @pytest.fixture(scope="module")
 def lover_lm(tiny_model_dir):
     return LoverLM(pretrained=str(tiny_model_dir), n_branches=3, layer=-2, batch_size=2, verifier=None)
@@ -45,7 +54,7 @@ def test_generate_until_returns_n_branches_with_features_and_never_reads_docs(lo
         assert isinstance(result, LoverResult) and len(result.branches) == 3
         assert result.features.shape == (3, 2, 64)
         assert result.layer == 3  # hidden_states has 5 entries (embeddings + 4 blocks); -2 is block 3
-        greedy = lover_lm.greedy_reference(context, 6)
+        greedy = _greedy_reference(lover_lm, context, 6)
         assert result.branches[0].token_ids == greedy[: len(result.branches[0].token_ids)]
 
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from lm_eval.models.utils import normalize_gen_kwargs
 
 from ..core.decode.decoding import BRANCH_ZERO, DecodingConfig
-from .model_args import LoverUsageError
+from .model_args import LoverUsageError, log
 
 #: request kwargs lover_hf honours (lm-eval's normalisation folds max_new_tokens & co. into max_gen_toks)
 HONOURED = {"until", "max_gen_toks", "do_sample", "temperature", "top_p"}
@@ -36,6 +36,14 @@ def greedy_row_note(decoding: DecodingConfig) -> str | None:
     return (f"decoding={decoding.mode}: the greedy row scores branch 0, {BRANCH_ZERO[decoding.mode]}, not a greedy "
             f"decode; for a greedy baseline run decoding=cot (its branch 0 is {BRANCH_ZERO['cot']}) or lm-eval's "
             "--model hf")
+
+
+def warn_once_if_greedy_row_is_drawn(decoding: DecodingConfig, logged: set[str]) -> None:
+    """Log `greedy_row_note` unless `logged` (the run's notes so far) has it: once a run, not once a batch."""
+    note = greedy_row_note(decoding)
+    if note is not None and note not in logged:
+        logged.add(note)
+        log.warning(note)
 
 
 def resolve_decoding(base: DecodingConfig, explicit: set[str], gen_kwargs: dict, max_gen_toks: int

@@ -20,7 +20,7 @@ from ..core.results import LoverResult
 from .batch_size import questions_per_batch
 from .chat import warn_on_prompt_format
 from .filter import check_filters_before_decoding
-from .generation import check_requests, greedy_row_note, resolve_decoding
+from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
 from .model_args import check_before_loading, hub_error, loader_error, one_line_errors, parse_model_args, usage_errors
 from .ranks import fit_every_task
 
@@ -83,10 +83,7 @@ class LoverLM(HFLM):
         decoding, kwargs = resolve_decoding(self.pipeline.base_decoding, self.explicit, gen_kwargs,
                                             self.max_gen_toks)
         self.pipeline.use_decoding(decoding)
-        note = greedy_row_note(decoding)
-        if note is not None and note not in self._logged:  # once a run, not once a batch
-            self._logged.add(note)
-            log.warning(note)
+        warn_once_if_greedy_row_is_drawn(decoding, self._logged)
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
         max_gen_toks = int(kwargs.pop("max_gen_toks"))
@@ -147,11 +144,3 @@ class LoverLM(HFLM):
         """HFLM's model info plus the LoVer provenance (lm-eval writes it into the results file's config)."""
         return {**super().get_model_info(), "lover": {**self.pipeline.provenance(), "world_size": self.world_size,
                                                       "batch_size": getattr(self, "auto_batch_size", self.batch_size)}}
-
-    @torch.no_grad()
-    def greedy_reference(self, context: str, max_gen_toks: int) -> list[int]:
-        """Plain `generate` greedy continuation (used by tests and benchmarks as the baseline)."""
-        ids = torch.tensor([self.tok_encode(context)], device=self.device)
-        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                  max_new_tokens=max_gen_toks, pad_token_id=self.tokenizer.pad_token_id)
-        return out[0, ids.shape[1]:].tolist()
