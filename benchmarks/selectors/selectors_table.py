@@ -145,7 +145,7 @@ def _no_selection(rec: dict) -> str:
     if rec["missing"] or set(rec["one_answer"]) != set(rec["sets"]):
         return "."
     text = ". It answers one way on every set of the family: its gain is the sets' base rates over a vote below them"
-    other = rec.get("best_answering_no_set_one_way")
+    other = rec["best_answering_no_set_one_way"]
     if other is None:
         return text + "."
     verdict = "above" if other["minus_majority"]["low"] > 0 else "not above"
