@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -138,3 +140,47 @@ def test_sets_of_drawn_paths_say_their_greedy_row_is_no_greedy_decode():
     assert selectors_table._not_greedy(table) == [
         "On 0.5b/gsm8k_sample (decoding=sample) `greedy` is branch 0, one sampled path, not a greedy decode.", ""]
     assert selectors_table._not_greedy({"decoding": {"0.5b/gsm8k": "cot"}}) == []
+
+
+def test_sampled_and_cot_banks_are_paired_by_question_not_by_position():
+    """The same 20 questions in the two banks, the sampled report's in reverse order (pairing must follow (task, doc)):
+
+    - CoT bank: majority right on questions 0-9, cot_sum on 0-11 -> +0.10 over majority;
+    - sampled bank: majority right on 0-5 and 10-13 (10 of 20), cot_sum on 0-13 -> cot_sum 0.70 vs 0.60 on CoT:
+      sampled - CoT = +0.10 (two questions, 12 and 13, gained; none lost). Majority: 0.50 on both, yet not the same
+      questions (6-9 lost, 10-13 gained), so its paired difference is 0 with an interval on both sides of it.
+    - one path score, right branch first on CoT (AUROC 1.0), wrong branch first on sampled (0.0).
+    A report over other documents is refused by name.
+    """
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.selectors import sampled_vs_cot
+    finally:
+        sys.path.remove(str(REPO))
+
+    def report(name, right, order, scores):
+        return {"set": name, "questions": [
+            {"task": "lover_gsm8k", "doc": i, "correct": {s: int(i in r) for s, r in right.items()},
+             "branch_right": [1, 0], "path_scores": {"cot_confidence": scores}} for i in order]}
+
+    everything = set(range(20))
+    cot = report("0.5b/gsm8k", {"majority": set(range(10)), "cot_sum": set(range(12)), "pass_at_n": everything},
+                 range(20), [0.9, 0.1])
+    sampled = report("0.5b/gsm8k_sample", {"majority": set(range(6)) | set(range(10, 14)),
+                                           "cot_sum": set(range(14)), "pass_at_n": everything},
+                     reversed(range(20)), [0.1, 0.9])
+    found = sampled_vs_cot.compare(sampled, cot)
+    assert found["n"] == 20
+    cot_sum, majority = found["strategies"]["cot_sum"], found["strategies"]["majority"]
+    assert (cot_sum["cot_acc"], cot_sum["sampled_acc"]) == (0.6, 0.7)
+    assert abs(cot_sum["sampled_minus_cot"]["diff"] - 0.1) < 1e-12 and cot_sum["sampled_minus_cot"]["high"] > 0
+    assert abs(cot_sum["cot_minus_majority"]["diff"] - 0.1) < 1e-12
+    assert abs(cot_sum["sampled_minus_majority"]["diff"] - 0.2) < 1e-12
+    assert majority["sampled_minus_cot"]["diff"] == 0
+    assert majority["sampled_minus_cot"]["low"] < 0 < majority["sampled_minus_cot"]["high"]
+    assert found["auroc"]["cot_confidence"] == {"sampled": 0.0, "cot": 1.0}
+    assert "| `cot_sum` | 0.600 | 0.700 | +0.100 [" in sampled_vs_cot.markdown(found)
+    other = report("0.5b/gsm8k", {"majority": set(), "cot_sum": set(), "pass_at_n": everything}, range(1, 21),
+                   [0.9, 0.1])
+    with pytest.raises(SystemExit, match="hold different questions"):
+        sampled_vs_cot.compare(sampled, other)

@@ -39,6 +39,7 @@ FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
 SELECTION_SIZE = "0.5b"
 FIGURE_COLUMNS = 5  # panels a row: 14 sets in one row would be too wide for a README
 ORACLE = "pass_at_n"
+DERIVED = ("leaderboard.json", "sampled_vs_cot.json")  # files in the results folder that are not selectors_run reports
 
 
 def _paired(a: np.ndarray, b: np.ndarray) -> dict:
@@ -280,7 +281,7 @@ def figure(table: dict, path: Path) -> None:
 def build(folder: Path) -> tuple[dict, dict]:
     """(table, recommendation) from every selectors_run.py report in `folder`."""
     reports = {json.loads(p.read_text())["set"]: json.loads(p.read_text())
-               for p in sorted(folder.glob("*.json")) if p.name != "leaderboard.json"}
+               for p in sorted(folder.glob("*.json")) if p.name not in DERIVED}
     if not reports:
         raise SystemExit(f"no selectors_run.py reports in {folder}: run benchmarks/selectors/selectors_run.py "
                          "--set NAME first")
