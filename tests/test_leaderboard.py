@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -184,3 +185,17 @@ def test_sampled_and_cot_banks_are_paired_by_question_not_by_position():
                    [0.9, 0.1])
     with pytest.raises(SystemExit, match="hold different questions"):
         sampled_vs_cot.compare(sampled, other)
+
+
+def test_committed_sampled_vs_cot_reading_is_what_the_committed_reports_give():
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.selectors import sampled_vs_cot
+    finally:
+        sys.path.remove(str(REPO))
+    folder = REPO / "benchmarks" / "results" / "selectors"
+    load = lambda name: json.loads((folder / f"{name.replace('/', '_')}.json").read_text())  # noqa: E731
+    text = "\n".join(sampled_vs_cot.markdown(sampled_vs_cot.compare(load(sampled), load(cot)))
+                     for sampled, cot in sampled_vs_cot.PAIRS.items())
+    assert (folder / "sampled_vs_cot.md").read_text() == text, \
+        "sampled_vs_cot.md differs from the reports: run `python benchmarks/selectors/sampled_vs_cot.py`"
