@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import importlib
 import sys
 from pathlib import Path
 
@@ -11,18 +11,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _selectors_table():
-    """benchmarks/selectors/selectors_table.py, imported from the repository root (benchmarks is not installed)."""
+def _selectors(module: str = "selectors_table"):
+    """A module of benchmarks/selectors/, imported from the repository root (benchmarks is not installed)."""
     sys.path.insert(0, str(REPO))
     try:
-        from benchmarks.selectors import selectors_table
+        return importlib.import_module(f"benchmarks.selectors.{module}")
     finally:
         sys.path.remove(str(REPO))
-    return selectors_table
 
 
 def test_readme_leaderboard_is_what_the_committed_results_give():
-    selectors_table = _selectors_table()
+    selectors_table = _selectors()
     table, recommendation = selectors_table.build(REPO / "benchmarks" / "results" / "selectors")
     readme = (REPO / "README.md").read_text()
     assert selectors_table.readme_block(table, recommendation) in readme, \
@@ -48,7 +47,7 @@ def test_recommendation_follows_the_rule_fixed_before_the_results():
       resample misses that question with probability (39/40)^40 ~ 0.36, so the lower bound is 0 -> majority.
     - multiple choice: no 0.5B set -> no recommendation.
     """
-    selectors_table = _selectors_table()
+    selectors_table = _selectors()
     arithmetic = {"majority": [1] * 20 + [0] * 20, "cot_sum": [1] * 30 + [0] * 10, "pass_at_n": [1] * 40}
     navigate = {"majority": [1] * 20 + [0] * 20, "cot_sum": [1] * 21 + [0] * 19, "pass_at_n": [1] * 40}
     smollm = {"majority": [1] * 40, "cot_sum": [0] * 40, "pass_at_n": [1] * 40}
@@ -79,7 +78,7 @@ def test_a_recommendation_that_answers_one_way_says_so():
     - 0.5b/bbh_causal_judgement: both right on all 20; its report has no picks -> listed as unchecked, not as fine.
     Pooled, lover_max 53/60 against majority 48/60: the best point estimate, flagged on navigate with 0.95 / 0.70.
     """
-    selectors_table = _selectors_table()
+    selectors_table = _selectors()
 
     def report(name: str, gold: list[str], picked: dict[str, list[str]] | None) -> dict:
         questions = [{"correct": {**{s: int(v[i] == gold[i]) for s, v in picked.items()}, "pass_at_n": 1},
@@ -117,7 +116,7 @@ def test_a_winner_answering_one_way_on_every_set_is_read_beside_the_best_that_do
     The rule's winner is lover_max; its gain is the base rate. Beside it: cot_sum, +0.10 over majority, the two extra
     right answers a resample misses with probability (18/20)^20 ~ 0.12, so its interval starts at 0: not above it.
     """
-    selectors_table = _selectors_table()
+    selectors_table = _selectors()
     gold = ["A"] * 14 + ["B"] * 6
     picked = {"majority": ["A"] * 10 + ["C"] * 10, "lover_max": ["A"] * 20,
               "cot_sum": ["A"] * 10 + ["C"] * 4 + ["B"] * 2 + ["C"] * 4}
@@ -136,7 +135,7 @@ def test_a_winner_answering_one_way_on_every_set_is_read_beside_the_best_that_do
 
 
 def test_sets_of_drawn_paths_say_their_greedy_row_is_no_greedy_decode():
-    selectors_table = _selectors_table()
+    selectors_table = _selectors()
     table = {"decoding": {"0.5b/gsm8k": "cot", "0.5b/gsm8k_sample": "sample"}}
     assert selectors_table._not_greedy(table) == [
         "On 0.5b/gsm8k_sample (decoding=sample) `greedy` is branch 0, one sampled path, not a greedy decode.", ""]
@@ -153,11 +152,7 @@ def test_sampled_and_cot_banks_are_paired_by_question_not_by_position():
     - one path score, right branch first on CoT (AUROC 1.0), wrong branch first on sampled (0.0).
     A report over other documents is refused by name.
     """
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.selectors import sampled_vs_cot
-    finally:
-        sys.path.remove(str(REPO))
+    sampled_vs_cot = _selectors("sampled_vs_cot")
 
     def report(name, right, order, scores):
         return {"set": name, "questions": [
@@ -188,14 +183,7 @@ def test_sampled_and_cot_banks_are_paired_by_question_not_by_position():
 
 
 def test_committed_sampled_vs_cot_reading_is_what_the_committed_reports_give():
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.selectors import sampled_vs_cot
-    finally:
-        sys.path.remove(str(REPO))
     folder = REPO / "benchmarks" / "results" / "selectors"
-    load = lambda name: json.loads((folder / f"{name.replace('/', '_')}.json").read_text())  # noqa: E731
-    text = "\n".join(sampled_vs_cot.markdown(sampled_vs_cot.compare(load(sampled), load(cot)))
-                     for sampled, cot in sampled_vs_cot.PAIRS.items())
+    _, text = _selectors("sampled_vs_cot").reading(folder)
     assert (folder / "sampled_vs_cot.md").read_text() == text, \
         "sampled_vs_cot.md differs from the reports: run `python benchmarks/selectors/sampled_vs_cot.py`"

@@ -78,11 +78,8 @@ def markdown(found: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default=str(RESULTS / "selectors"))
-    args = parser.parse_args()
-    folder = Path(args.results)
+def reading(folder: Path) -> tuple[dict, str]:
+    """(per sampled set, compare()'s result; the markdown of them all) from the selectors_run.py reports in `folder`."""
     reports = {}
     for name in [*PAIRS, *PAIRS.values()]:
         path = folder / f"{name.replace('/', '_')}.json"
@@ -90,8 +87,15 @@ def main() -> int:
             raise SystemExit(f"{path} is missing: run benchmarks/selectors/selectors_run.py --set {name} first")
         reports[name] = json.loads(path.read_text())
     found = {sampled: compare(reports[sampled], reports[cot]) for sampled, cot in PAIRS.items()}
+    return found, "\n".join(markdown(f) for f in found.values())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=str(RESULTS / "selectors"))
+    folder = Path(parser.parse_args().results)
+    found, text = reading(folder)
     write_text(folder / "sampled_vs_cot.json", json.dumps(found, indent=1))
-    text = "\n".join(markdown(f) for f in found.values())
     write_text(folder / "sampled_vs_cot.md", text)
     print(text)
     return 0

@@ -280,8 +280,8 @@ def figure(table: dict, path: Path) -> None:
 
 def build(folder: Path) -> tuple[dict, dict]:
     """(table, recommendation) from every selectors_run.py report in `folder`."""
-    reports = {json.loads(p.read_text())["set"]: json.loads(p.read_text())
-               for p in sorted(folder.glob("*.json")) if p.name not in DERIVED}
+    loaded = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name not in DERIVED]
+    reports = {report["set"]: report for report in loaded}
     if not reports:
         raise SystemExit(f"no selectors_run.py reports in {folder}: run benchmarks/selectors/selectors_run.py "
                          "--set NAME first")
