@@ -29,6 +29,7 @@ from lover_lmeval.core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CON
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
 from benchmarks.bank_sets import BankSet  # noqa: E402
 from benchmarks.bench_common import REPO, RESULTS  # noqa: E402
+from benchmarks.selectors.leaderboard_figure import draw  # noqa: E402
 
 FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
     "arithmetic": ("gsm8k", "igsm", "bbh_multistep_arithmetic_two", "bbh_object_counting"),
@@ -37,7 +38,6 @@ FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
     "multiple choice": ("mmlu_pro",),
 }
 SELECTION_SIZE = "0.5b"
-FIGURE_COLUMNS = 5  # panels a row: 14 sets in one row would be too wide for a README
 ORACLE = "pass_at_n"
 DERIVED = ("leaderboard.json", "sampled_vs_cot.json")  # files in the results folder that are not selectors_run reports
 
@@ -244,40 +244,6 @@ def update_readme(readme: Path, block: str) -> None:
     write_text(readme, text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):])
 
 
-def figure(table: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on CI or servers
-    import matplotlib.pyplot as plt
-
-    sets = list(table["sets"])
-    strategies = [s for s in table["strategies"] if s not in ("majority", ORACLE)]
-    columns = min(FIGURE_COLUMNS, len(sets))
-    grid_rows = -(-len(sets) // columns)
-    fig, axes = plt.subplots(grid_rows, columns, figsize=(3.2 * columns, grid_rows * (0.3 * len(strategies) + 1.3)),
-                             sharey=True, squeeze=False)
-    y = np.arange(len(strategies))
-    for ax, name in zip(axes.flat, sets):
-        rows = table["sets"][name]
-        for k, s in enumerate(strategies):
-            d = rows[s]["minus_majority"]
-            # Colour says the verdict: green above majority, red below, blue where the interval holds 0.
-            colour = "tab:green" if d["low"] > 0 else "tab:red" if d["high"] < 0 else "tab:blue"
-            ax.errorbar(d["diff"], k, xerr=[[d["diff"] - d["low"]], [d["high"] - d["diff"]]], fmt="o", ms=4,
-                        color=colour)
-        ax.axvline(0, color="grey", lw=0.8)
-        ax.set_title(f"{name}\nmajority {rows['majority']['acc']:.2f}, n = {rows['majority']['n']}", fontsize=9)
-        ax.set_yticks(y, strategies, fontsize=8)
-        ax.set_xlabel("accuracy − majority", fontsize=8)
-    for ax in list(axes.flat)[len(sets):]:
-        ax.set_visible(False)
-    axes[0, 0].invert_yaxis()  # once: the axes share y, so inverting each would undo it on every other panel
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def build(folder: Path) -> tuple[dict, dict]:
     """(table, recommendation) from every selectors_run.py report in `folder`."""
     loaded = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name not in DERIVED]
@@ -305,7 +271,7 @@ def main() -> int:
     table, recommendation = build(folder)
     write_text(folder / "leaderboard.json", json.dumps({**table, "recommendation": recommendation}, indent=1))
     write_text(folder / "leaderboard.md", markdown(table, recommendation))
-    figure(table, Path(args.figure))
+    draw(table, [s for s in table["strategies"] if s not in ("majority", ORACLE)], Path(args.figure))
     update_readme(REPO / "README.md", readme_block(table, recommendation))
     print(markdown(table, recommendation))
     return 0
