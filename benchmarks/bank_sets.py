@@ -50,6 +50,13 @@ class BankSet:
     """Precision the records were decoded in (bf16 keys carry it)."""
     decoding: str = "cot"
     """lover_hf's `decoding=` of the records (DecodingConfig.mode, its other fields at their defaults)."""
+    read_dtype: str | None = None
+    """Precision the model reads the records in when rescoring them teacher-forced (token statistics, features); None:
+    the one they were decoded in. Their keys and margins stay the bank's whatever it is."""
+
+    @property
+    def reading_dtype(self) -> str:
+        return self.read_dtype or self.dtype
 
 
 SETS = {
@@ -68,8 +75,9 @@ SETS = {
        for name, extract in (("boolean_expressions", "true_false"), ("causal_judgement", "yes_no"),
                              ("multistep_arithmetic_two", "number"), ("navigate", "yes_no"),
                              ("object_counting", "number"), ("web_of_lies", "yes_no"))},
+    # Read in float32: bf16 products are ~3x slower on CPUs without bf16 kernels (run 19 B, session 28's plan).
     "1.5b/gsm8k": BankSet("qwen2.5-coder-1.5b-instruct", "lover_gsm8k-test.jsonl.gz", ("lover_gsm8k",), "test", 400,
-                          256, "number", dtype="bfloat16"),
+                          256, "number", dtype="bfloat16", read_dtype="float32"),
     # The 2025 selectors were published on sampled paths (issue Selectors): the same 400 questions, decoding=sample.
     "0.5b/gsm8k_sample": BankSet("qwen2.5-coder-0.5b-instruct", "lover_gsm8k-test-sample.jsonl.gz", ("lover_gsm8k",),
                                  "test", 400, 256, "number", decoding="sample"),

@@ -54,7 +54,7 @@ def run_set(name: str, limit: int | None, out_dir: Path) -> Path:
     bank_set = SETS[name]
     questions = load_set(bank_set)[:limit]
     gguf, identity = model_source(bank_set.model)
-    lm = LoverLM(gguf_file=gguf, dtype=bank_set.dtype, bank=str(BANKS / bank_set.model / bank_set.bank),
+    lm = LoverLM(gguf_file=gguf, dtype=bank_set.reading_dtype, bank=str(BANKS / bank_set.model / bank_set.bank),
                  bank_only=True, extract=bank_set.extract, batch_size=1, decoding=bank_set.decoding)
     assert lm.pipeline.identity["model"] == identity, "bank keys would not match this model"
     began, results = time.perf_counter(), []
