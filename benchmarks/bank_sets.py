@@ -56,6 +56,7 @@ class BankSet:
 
     @property
     def reading_dtype(self) -> str:
+        """The precision the model is loaded in to rescore the records."""
         return self.read_dtype or self.dtype
 
 
@@ -75,7 +76,8 @@ SETS = {
        for name, extract in (("boolean_expressions", "true_false"), ("causal_judgement", "yes_no"),
                              ("multistep_arithmetic_two", "number"), ("navigate", "yes_no"),
                              ("object_counting", "number"), ("web_of_lies", "yes_no"))},
-    # Read in float32: bf16 products are ~3x slower on CPUs without bf16 kernels (run 19 B, session 28's plan).
+    # Read in float32: bf16 products are ~3x slower on CPUs without bf16 kernels; a GPU reads it in float32 too, so
+    # both readings are of one precision (run 19 B, session 28's plan).
     "1.5b/gsm8k": BankSet("qwen2.5-coder-1.5b-instruct", "lover_gsm8k-test.jsonl.gz", ("lover_gsm8k",), "test", 400,
                           256, "number", dtype="bfloat16", read_dtype="float32"),
     # The 2025 selectors were published on sampled paths (issue Selectors): the same 400 questions, decoding=sample.
