@@ -7,7 +7,7 @@
 # banks, MODEL/FILE), O (outputs); run from gpu_device.sh, which puts lm-eval etc. on PYTHONPATH and PATH.
 set -u
 PY=${PY:-python3}; STEPS=${STEPS:-loop bench selectors}
-SETS=${SETS:-1.5b/gsm8k 0.5b/mmlu_pro 0.5b/igsm}  # those unscored at session 27's end
+SETS=${SETS:-1.5b/gsm8k 0.5b/igsm}  # those unscored at session 28's end
 # Caps: with ~2 min of conversion they sum to ~10.5 min, what a lease leaves after a start and 28 transfers (~3.5 min)
 LOOP_S=${LOOP_S:-150}; BENCH_S=${BENCH_S:-180}; SEL_S=${SEL_S:-200}
 M=${M:-qwen2.5-coder-1.5b-instruct}; DEVICE=${DEVICE:-cuda}; DTYPE=${DTYPE:-bfloat16}  # others: a CPU dry run
