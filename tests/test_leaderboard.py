@@ -187,3 +187,40 @@ def test_committed_sampled_vs_cot_reading_is_what_the_committed_reports_give():
     _, text = _selectors("sampled_vs_cot").reading(folder)
     assert (folder / "sampled_vs_cot.md").read_text() == text, \
         "sampled_vs_cot.md differs from the reports: run `python benchmarks/selectors/sampled_vs_cot.py`"
+
+
+def test_lover_standing_names_every_selector_whose_interval_lies_above_a_lover_row():
+    """By hand (40 questions a set; `pass_at_n` right everywhere, an oracle, never compared):
+
+    - 0.5b/gsm8k: majority right on questions 0-19, `lover_max` and greedy on 0-9 (inside majority's), `lover_sum`
+      on 0-19 (majority's), `cot_sum` on 0-29. `lover_max` − majority = 10/40 = −0.25, every paired difference 0 or
+      −1. Against `lover_max`: `cot_sum` +0.50 and majority +0.25, each resample lacking a +1 with probability at most
+      (30/40)^40 ~ 1e-5, so both intervals lie above 0; greedy ties it (0, not above). Against `lover_sum`: `cot_sum`
+      +0.25 only (majority ties). Largest difference first.
+    - 0.5b/gsm8k_sample (in no family) is left out; 1.5b/gsm8k, where `lover_max` is right everywhere, is its own
+      size and beaten by none.
+    """
+    lover_standing = _selectors("lover_standing")
+    selectors_table = _selectors()
+    gsm8k = {"majority": [1] * 20 + [0] * 20, "lover_max": [1] * 10 + [0] * 30, "greedy": [1] * 10 + [0] * 30,
+             "lover_sum": [1] * 20 + [0] * 20, "cot_sum": [1] * 30 + [0] * 10, "pass_at_n": [1] * 40}
+    everywhere = {s: [1] * 40 for s in gsm8k}
+    reports = {"0.5b/gsm8k": _report("0.5b/gsm8k", gsm8k), "0.5b/gsm8k_sample": _report("0.5b/gsm8k_sample", gsm8k),
+               "1.5b/gsm8k": _report("1.5b/gsm8k", everywhere)}
+    found = lover_standing.lover_standing(reports, selectors_table.FAMILIES, selectors_table._paired)
+
+    assert [(e["size"], e["family"], e["row"], e["sets"], e["n"]) for e in found] == [
+        ("0.5b", "arithmetic", "lover_max", ["0.5b/gsm8k"], 40), ("0.5b", "arithmetic", "lover_sum", ["0.5b/gsm8k"], 40),
+        ("1.5b", "arithmetic", "lover_max", ["1.5b/gsm8k"], 40), ("1.5b", "arithmetic", "lover_sum", ["1.5b/gsm8k"], 40)]
+    lover_max, lover_sum, large, _ = found
+    assert lover_max["minus_majority"]["diff"] == -0.25 and lover_max["minus_majority"]["high"] < 0
+    assert [(b["selector"], b["minus_lover"]["diff"]) for b in lover_max["beaten_by"]] == [("cot_sum", 0.5),
+                                                                                          ("majority", 0.25)]
+    assert all(b["minus_lover"]["low"] > 0 for b in lover_max["beaten_by"])
+    assert [b["selector"] for b in lover_sum["beaten_by"]] == ["cot_sum"]
+    assert large["beaten_by"] == []
+    lines = lover_standing.readme_lines(found)
+    assert lines[1].startswith("- 0.5b arithmetic (n = 40): `lover_max` -0.250 [")
+    assert "beaten by 2 selectors, most by `cot_sum` (+0.500 [" in lines[1]
+    assert lines[2].startswith("- 1.5b arithmetic (n = 40): `lover_max` +0.000 [+0.000, +0.000] vs majority, beaten "
+                               "by none;")

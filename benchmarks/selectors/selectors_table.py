@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `
 from benchmarks.bank_sets import BankSet  # noqa: E402
 from benchmarks.bench_common import REPO, RESULTS  # noqa: E402
 from benchmarks.selectors.leaderboard_figure import draw  # noqa: E402
+from benchmarks.selectors.lover_standing import lover_standing, markdown_lines, readme_lines  # noqa: E402
 
 FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
     "arithmetic": ("gsm8k", "igsm", "bbh_multistep_arithmetic_two", "bbh_object_counting"),
@@ -189,6 +190,7 @@ def markdown(table: dict, recommendation: dict) -> str:
                     f"{rec['majority_acc']:.3f}, {_interval(rec['best_minus_majority'])}, n = {rec['n']} "
                     f"({', '.join(rec['sets'])}){_provisional(rec)}{_one_answer(rec)}{_no_selection(rec)}")
         lines.append(f"| {family} | `{rec['selector']}` | {evidence} |")
+    lines += ["", *markdown_lines(table["lover_standing"])]
     sets = list(table["auroc"])
     scores = list(table["auroc"][sets[0]])
     lines += ["", "AUROC of each path score against the branch's stated answer being right (branches pooled over the "
@@ -232,6 +234,7 @@ def readme_block(table: dict, recommendation: dict) -> str:
                   f"of at least {CONSTANT_ANSWER_MIN_QUESTIONS}) of the set's answered questions; in brackets, the "
                   "share of the set's most common gold answer, what one answer scores at best. Its gain over majority "
                   "there can be the set's skew, not selection."]
+    lines += ["", *readme_lines(table["lover_standing"])]
     lines += ["", "Every selector on every set, with intervals: "
               "[benchmarks/results/selectors/leaderboard.md](benchmarks/results/selectors/leaderboard.md).", END]
     return "\n".join(lines)
@@ -258,7 +261,8 @@ def build(folder: Path) -> tuple[dict, dict]:
              "auroc": {n: path_aurocs(reports[n]) for n in order},
              "one_answer": {n: one_answer_shares(reports[n]) for n in order},
              # Reports written before BankSet had `decoding` are CoT-decoding's branches, its default.
-             "decoding": {n: reports[n]["bank_set"].get("decoding", BankSet.decoding) for n in order}}
+             "decoding": {n: reports[n]["bank_set"].get("decoding", BankSet.decoding) for n in order},
+             "lover_standing": lover_standing({n: reports[n] for n in order}, FAMILIES, _paired)}
     return table, recommend(reports)
 
 
