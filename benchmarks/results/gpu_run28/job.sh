@@ -7,7 +7,7 @@
 # banks, MODEL/FILE), O (outputs); run from gpu_device.sh, which puts lm-eval etc. on PYTHONPATH and PATH.
 set -u
 PY=${PY:-python3}; STEPS=${STEPS:-loop bench selectors}
-SETS=${SETS:-1.5b/gsm8k 0.5b/igsm}  # those unscored at session 28's end
+SETS=${SETS:-}  # every set was scored in session 29 (this job, STEPS=selectors): name sets to read them again
 # Caps: with ~2 min of conversion they sum to ~10.5 min, what a lease leaves after a start and 28 transfers (~3.5 min)
 LOOP_S=${LOOP_S:-150}; BENCH_S=${BENCH_S:-180}; SEL_S=${SEL_S:-200}
 M=${M:-qwen2.5-coder-1.5b-instruct}; DEVICE=${DEVICE:-cuda}; DTYPE=${DTYPE:-bfloat16}  # others: a CPU dry run
@@ -35,7 +35,7 @@ want bench && {
     --dtype $DTYPE --n-questions 10 --batch-size 10 --lm-eval-questions 10 --lm-eval-batch-size 10 --skip-reencode \
     --output "$O/decode_$M.json" > "$O/bench_decode_$M.log" 2>&1 || step "bench_decode ended with $?"
 }
-want selectors && {
+want selectors && [ -n "$SETS" ] && {
   step "selectors: $SETS"
   for s in $SETS; do
     OMP_NUM_THREADS=3 timeout "$SEL_S" $PY benchmarks/selectors/selectors_run.py --set "$s" --out-dir "$O/selectors" \
