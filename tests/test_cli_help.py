@@ -36,7 +36,7 @@ def test_help_imports_no_heavy_package(command):
 def test_parser_defaults_repeated_for_speed_equal_the_cores():
     """apps/igsm.py and apps/train.py repeat a few core defaults so that their parsers import no core module."""
     from lover_lmeval.apps import igsm, train
-    from lover_lmeval.core.verify.losses import allowed_terms
+    from lover_lmeval.core.verify.loss_spec import allowed_terms
     from lover_lmeval.core.verify.verifier_config import VerifierConfig
     from lover_lmeval.data.igsm import IGSMConfig
 

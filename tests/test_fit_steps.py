@@ -1,7 +1,7 @@
 """The fit's cheap steps (fit_steps.py) give the probe the straightforward loop gives, with the same seed.
 
 The reference below is the training loop as it was before fit_steps.py (every step: the batch's features in the
-epoch's random order through the whole probe, `losses.total_loss` parsing the spec and making the bucket weights,
+epoch's random order through the whole probe, `loss_spec.total_loss` parsing the spec and making the bucket weights,
 the per-tensor AdamW). The cheap path differs only in float rounding (other row sets in the matrix products, sums in
 another order, the fused AdamW kernel), so after tens of epochs the probes agree to ~1e-6.
 """
@@ -13,7 +13,8 @@ import torch
 
 from lover_lmeval.core.verify.fit_inputs import normalized_inputs
 from lover_lmeval.core.verify.fit_steps import DrawRows, FitSteps
-from lover_lmeval.core.verify.losses import loss_terms, sample_pairs, sample_representatives, total_loss
+from lover_lmeval.core.verify.loss_spec import loss_terms, total_loss
+from lover_lmeval.core.verify.losses import sample_pairs, sample_representatives
 from lover_lmeval.core.verify.losses_authors import question_buckets
 from lover_lmeval.core.verify.verifier import Verifier, VerifierConfig, seeded_verifier, train_restart
 

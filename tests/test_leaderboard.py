@@ -205,13 +205,12 @@ def test_lover_standing_names_every_selector_whose_interval_lies_above_a_lover_r
     gsm8k = {"majority": [1] * 20 + [0] * 20, "lover_max": [1] * 10 + [0] * 30, "greedy": [1] * 10 + [0] * 30,
              "lover_sum": [1] * 20 + [0] * 20, "cot_sum": [1] * 30 + [0] * 10, "pass_at_n": [1] * 40}
     everywhere = {s: [1] * 40 for s in gsm8k}
-    reports = {"0.5b/gsm8k": _report("0.5b/gsm8k", gsm8k), "0.5b/gsm8k_sample": _report("0.5b/gsm8k_sample", gsm8k),
-               "1.5b/gsm8k": _report("1.5b/gsm8k", everywhere)}
+    reports = {name: _report(name, right) for name, right in (
+        ("0.5b/gsm8k", gsm8k), ("0.5b/gsm8k_sample", gsm8k), ("1.5b/gsm8k", everywhere))}
     found = lover_standing.lover_standing(reports, selectors_table.FAMILIES, selectors_table._paired)
 
     assert [(e["size"], e["family"], e["row"], e["sets"], e["n"]) for e in found] == [
-        ("0.5b", "arithmetic", "lover_max", ["0.5b/gsm8k"], 40), ("0.5b", "arithmetic", "lover_sum", ["0.5b/gsm8k"], 40),
-        ("1.5b", "arithmetic", "lover_max", ["1.5b/gsm8k"], 40), ("1.5b", "arithmetic", "lover_sum", ["1.5b/gsm8k"], 40)]
+        (size, "arithmetic", row, [f"{size}/gsm8k"], 40) for size in ("0.5b", "1.5b") for row in ("lover_max", "lover_sum")]
     lover_max, lover_sum, large, _ = found
     assert lover_max["minus_majority"]["diff"] == -0.25 and lover_max["minus_majority"]["high"] < 0
     assert [(b["selector"], b["minus_lover"]["diff"]) for b in lover_max["beaten_by"]] == [("cot_sum", 0.5),

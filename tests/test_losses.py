@@ -1,10 +1,11 @@
-"""Tests for lover_lmeval.core.verify.losses: hand-worked values, loop references, degenerate solutions."""
+"""Tests for core.verify.losses and loss_spec: hand-worked values, loop references, degenerate solutions."""
 
 import math
 
 import pytest
 import torch
 
+from lover_lmeval.core.verify import loss_spec as S
 from lover_lmeval.core.verify import losses as L
 from lover_lmeval.core.verify import losses_variants as V
 
@@ -127,7 +128,7 @@ def test_balance_hand_worked_with_unanswered_group_and_threshold():
 def test_balance_needs_answer_ids():
     pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 1])
     with pytest.raises(ValueError, match="answer_ids"):
-        L.total_loss(pp, pn, m, g, "nega+balance")
+        S.total_loss(pp, pn, m, g, "nega+balance")
 
 
 def test_group_ids_out_of_range_rejected():
@@ -296,10 +297,10 @@ def test_representatives_are_real_members_and_uniform():
 
 def test_nan_on_padding_is_ignored():
     pp, pn, m, g, y = ragged_batch(4)
-    clean, _ = L.total_loss(pp, pn, m, g, "nega+intra+inter+inter_raw+inter_logic+supervised",
+    clean, _ = S.total_loss(pp, pn, m, g, "nega+intra+inter+inter_raw+inter_logic+supervised",
                             torch.Generator().manual_seed(0), labels=y)
     nan = lambda x: x.masked_fill(~m, math.nan)  # noqa: E731
-    dirty, _ = L.total_loss(nan(pp), nan(pn), m, g, "nega+intra+inter+inter_raw+inter_logic+supervised",
+    dirty, _ = S.total_loss(nan(pp), nan(pn), m, g, "nega+intra+inter+inter_raw+inter_logic+supervised",
                             torch.Generator().manual_seed(0), labels=nan(y))
     assert torch.equal(clean, dirty)
 
@@ -309,7 +310,7 @@ def test_gradients_finite_at_saturation():
     pn = t([[0.0, 1.0, 1.0, 0.0]]).requires_grad_()
     m = torch.ones(1, 4, dtype=torch.bool)
     g = torch.tensor([[0, 1, 2, 2]])
-    total, terms = L.total_loss(pp, pn, m, g, "nega+intra+inter+inter_raw+inter_logic+supervised",
+    total, terms = S.total_loss(pp, pn, m, g, "nega+intra+inter+inter_raw+inter_logic+supervised",
                                 torch.Generator().manual_seed(0), labels=t([[1, 0, 0, 1]]))
     total.backward()
     assert torch.isfinite(total) and torch.isfinite(pp.grad).all() and torch.isfinite(pn.grad).all()
@@ -331,7 +332,7 @@ def test_degenerate_solutions_cost_more_than_consistent(spec):
     good = t([[0.01, 0.01, 0.01, 0.99, 0.99, 0.01]])
 
     def loss(pp, pn):
-        return L.total_loss(pp, pn, m, g, spec, torch.Generator().manual_seed(0))[0].item()
+        return S.total_loss(pp, pn, m, g, spec, torch.Generator().manual_seed(0))[0].item()
 
     consistent = loss(good, 1 - good)
     assert consistent < 0.2
@@ -344,9 +345,9 @@ def test_degenerate_solutions_cost_more_than_consistent(spec):
 # ---------------------------------------------------------------- spec parsing / total_loss
 
 def test_parse_loss_spec():
-    assert L.parse_loss_spec("nega+intra+inter") == {"nega": 1.0, "intra": 1.0, "inter": 1.0}
-    assert L.parse_loss_spec(" nega + 0.5*intra + inter_logic") == {"nega": 1.0, "intra": 0.5, "inter_logic": 1.0}
-    assert L.parse_loss_spec("2 * supervised") == {"supervised": 2.0}
+    assert S.parse_loss_spec("nega+intra+inter") == {"nega": 1.0, "intra": 1.0, "inter": 1.0}
+    assert S.parse_loss_spec(" nega + 0.5*intra + inter_logic") == {"nega": 1.0, "intra": 0.5, "inter_logic": 1.0}
+    assert S.parse_loss_spec("2 * supervised") == {"supervised": 2.0}
 
 
 @pytest.mark.parametrize("bad, needle", [
@@ -354,14 +355,14 @@ def test_parse_loss_spec():
     ("nega+nega", "twice"), ("x*nega", "cannot parse")])
 def test_parse_loss_spec_errors(bad, needle):
     with pytest.raises(ValueError, match=needle) as err:
-        L.parse_loss_spec(bad)
+        S.parse_loss_spec(bad)
     if "intre" in bad:
         assert "nega, intra, inter, inter_raw, inter_logic, balance, supervised" in str(err.value)
 
 
 def test_total_loss_is_weighted_sum_and_shares_representatives():
     pp, pn, m, g, y = ragged_batch(3)
-    total, terms = L.total_loss(pp, pn, m, g, "nega+0.5*intra+inter+2*inter_logic",
+    total, terms = S.total_loss(pp, pn, m, g, "nega+0.5*intra+inter+2*inter_logic",
                                 torch.Generator().manual_seed(5))
     reps = L.sample_representatives(g, m, torch.Generator().manual_seed(5))
     assert terms["inter"] == pytest.approx(L.inter_group_loss(pp, m, g, reps=reps).item(), abs=1e-6)
@@ -369,19 +370,19 @@ def test_total_loss_is_weighted_sum_and_shares_representatives():
     expected = terms["nega"] + 0.5 * terms["intra"] + terms["inter"] + 2 * terms["inter_logic"]
     assert total.item() == pytest.approx(expected, rel=1e-5)
     with pytest.raises(ValueError, match="labels"):
-        L.total_loss(pp, pn, m, g, "supervised", None)
+        S.total_loss(pp, pn, m, g, "supervised", None)
 
 
 def test_curriculum_optimises_inter_first_then_negation_then_everything():
     """Threshold 0.2.  inter 0.60 > 0.2 -> {inter} only (the total is just inter, the reported terms are all);
     inter 0.1, nega 0.5 -> {nega, intra}; both below -> all terms.  Threshold 0 or no inter term -> all."""
     v = lambda **kw: {k: torch.tensor(x) for k, x in kw.items()}  # noqa: E731
-    assert L.staged_terms(v(nega=0.5, intra=0.3, inter=0.6), 0.2) == {"inter"}
-    assert L.staged_terms(v(nega=0.5, intra=0.3, inter=0.1), 0.2) == {"nega", "intra"}
-    assert L.staged_terms(v(nega=0.1, intra=0.3, inter=0.1), 0.2) == {"nega", "intra", "inter"}
-    assert L.staged_terms(v(nega=0.5, intra=0.3, inter=0.6), 0.0) == {"nega", "intra", "inter"}
-    assert L.staged_terms(v(nega=0.5, intra=0.3), 0.2) == {"nega", "intra"}
+    assert S.staged_terms(v(nega=0.5, intra=0.3, inter=0.6), 0.2) == {"inter"}
+    assert S.staged_terms(v(nega=0.5, intra=0.3, inter=0.1), 0.2) == {"nega", "intra"}
+    assert S.staged_terms(v(nega=0.1, intra=0.3, inter=0.1), 0.2) == {"nega", "intra", "inter"}
+    assert S.staged_terms(v(nega=0.5, intra=0.3, inter=0.6), 0.0) == {"nega", "intra", "inter"}
+    assert S.staged_terms(v(nega=0.5, intra=0.3), 0.2) == {"nega", "intra"}
     pp, pn, m, g = one_question([0.6, 0.6, 0.2], [0.9, 0.9, 0.9], [0, 0, 1])
-    total, terms = L.total_loss(pp, pn, m, g, "nega+intra+inter", torch.Generator().manual_seed(0), curriculum=0.2)
+    total, terms = S.total_loss(pp, pn, m, g, "nega+intra+inter", torch.Generator().manual_seed(0), curriculum=0.2)
     assert terms["inter"] == pytest.approx(0.602335, abs=1e-6) and terms["nega"] > 0.2
     assert total.item() == pytest.approx(terms["inter"], abs=1e-6)

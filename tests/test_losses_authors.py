@@ -8,7 +8,8 @@ import random
 import pytest
 import torch
 
-from lover_lmeval.core.verify.losses import loss_terms, sample_pairs, sample_representatives
+from lover_lmeval.core.verify.loss_spec import loss_terms
+from lover_lmeval.core.verify.losses import sample_pairs, sample_representatives
 from lover_lmeval.core.verify.losses_authors import (
     bucket_mean,
     intra_group_loss_representative,

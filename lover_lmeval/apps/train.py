@@ -17,8 +17,8 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-# VerifierConfig's losses and seed defaults and the loss terms a user may name (core.verify.losses.allowed_terms() but
-# "supervised"), repeated because any core import loads torch (core/__init__.py) and `lover train --help` must not
+# VerifierConfig's losses and seed defaults and the loss terms a user may name (core.verify.loss_spec.allowed_terms()
+# but "supervised"), repeated because any core import loads torch (core/__init__.py) and `lover train --help` must not
 # wait for it; tests/test_cli_help.py checks them against the core.
 DEFAULT_LOSSES = "nega+intra+inter"
 DEFAULT_SEED = 0

@@ -2,6 +2,7 @@
 
 - losses.py            the paper's logic constraints as pure functions (registry of loss terms; variants in
                        losses_variants.py, the authors' reductions in losses_authors.py);
+- loss_spec.py         a loss spec ("nega+intra+inter") parsed, evaluated and summed, with the curriculum;
 - verifier.py          the MLP probe and its fit (its `VerifierConfig` and regimes: verifier_config.py);
 - fit_inputs.py        results -> the fit's batched tensors;
 - scoring.py           the test-time fit on results: scores, orientation and warnings;

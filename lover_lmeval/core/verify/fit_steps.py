@@ -27,7 +27,8 @@ from contextlib import contextmanager
 import torch
 
 from .fit_inputs import NormalizedInputs
-from .losses import DRAWS, EPS, LOSS_TERMS, parse_loss_spec, staged_terms, total_loss
+from .loss_spec import parse_loss_spec, staged_terms, total_loss
+from .losses import DRAWS, EPS, LOSS_TERMS
 from .losses_authors import bucket_mean
 
 #: The representative reduction's terms that read probabilities only at the held draws' branches: the
@@ -176,7 +177,7 @@ class FitSteps:
 
     def loss(self, verifier, idx: torch.Tensor | None, draws: dict | None,
              gen: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
-        """``(total, terms)`` as `losses.total_loss` returns them, for the questions `idx` (None: all, in order)."""
+        """``(total, terms)`` as `loss_spec.total_loss` returns them, for the questions `idx` (None: all, in order)."""
         if self.rows is not None:
             return self._compact_loss(verifier)
         pick = slice(None) if idx is None else idx

@@ -17,7 +17,8 @@ from tqdm import tqdm
 
 from .fit_inputs import normalization_stats, normalized_inputs
 from .fit_steps import FitSteps, cpu_threads_for, make_optimizer
-from .losses import groups_checked, score, total_loss
+from .loss_spec import total_loss
+from .losses import groups_checked, score
 # Re-exported: scripts written against the fit's API import its config from here (`from ...verifier import
 # VerifierConfig, fit`).
 from .verifier_config import REGIMES, VerifierConfig, config_from_string  # noqa: F401

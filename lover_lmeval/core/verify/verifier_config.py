@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .losses import REDUCTIONS, parse_loss_spec
+from .loss_spec import parse_loss_spec
+from .losses import REDUCTIONS
 
 NORMALIZE_CHOICES = ("none", "mean", "meanstd")
 ORIENT_CHOICES = ("none", "vote", "confidence")
@@ -56,7 +57,7 @@ class VerifierConfig:
     keeps directions intact but makes lr independent of the LLM's activation scale (norms 10-1000).
     ``"meanstd"``: centre each set separately and divide each dimension by its own std."""
     losses: str = "nega+intra+inter"
-    """Unsupervised loss spec (see ``losses.parse_loss_spec``); also the restart-selection criterion."""
+    """Unsupervised loss spec (see ``loss_spec.parse_loss_spec``); also the restart-selection criterion."""
     lr: float = 3e-3
     """AdamW learning rate (on ``"mean"``/``"meanstd"``-normalised, unit-RMS inputs)."""
     epochs: int = 40
@@ -70,7 +71,7 @@ class VerifierConfig:
     curriculum: float = 0.0
     """Staged training (the authors' code uses 0.2): while a batch's inter-group term exceeds this, only it
     is optimised, then negation + intra-group until negation is below it, then all terms
-    (``losses.staged_terms``). 0 optimises all terms from the first step."""
+    (``loss_spec.staged_terms``). 0 optimises all terms from the first step."""
     orient: str = "none"
     """Label-free orientation after the fit (``scoring.orient_by``): flip the verifier (swap p+ and p-, i.e.
     score -> 1 - score) when its branch scores fall as a per-branch signal rises (Spearman < 0 over the training
