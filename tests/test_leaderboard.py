@@ -193,33 +193,58 @@ def test_lover_standing_names_every_selector_whose_interval_lies_above_a_lover_r
     """By hand (40 questions a set; `pass_at_n` right everywhere, an oracle, never compared):
 
     - 0.5b/gsm8k: majority right on questions 0-19, `lover_max` and greedy on 0-9 (inside majority's), `lover_sum`
-      on 0-19 (majority's), `cot_sum` on 0-29. `lover_max` − majority = 10/40 = −0.25, every paired difference 0 or
-      −1. Against `lover_max`: `cot_sum` +0.50 and majority +0.25, each resample lacking a +1 with probability at most
-      (30/40)^40 ~ 1e-5, so both intervals lie above 0; greedy ties it (0, not above). Against `lover_sum`: `cot_sum`
-      +0.25 only (majority ties). Largest difference first.
-    - 0.5b/gsm8k_sample (in no family) is left out; 1.5b/gsm8k, where `lover_max` is right everywhere, is its own
-      size and beaten by none.
+      on 0-19 (majority's), `cot_sum` on 0-29. 0.5b/igsm, pooled after it: every selector right on none, and its
+      report says `lover_max` answers one way there. Pooled (n = 80): `lover_max` − majority = 10/80 = −0.125, every
+      paired difference 0 or −1. Against `lover_max`: `cot_sum` +0.25 and majority +0.125, each resample lacking a +1
+      with probability at most (70/80)^80 ~ 2e-5, so both intervals lie above 0; greedy ties it (0, not above).
+      Against `lover_sum`: `cot_sum` +0.125 only (majority ties). Largest difference first.
+    - 0.5b/gsm8k_sample (in no family) is left out; 1.5b/gsm8k, where every selector is right everywhere, is its own
+      size, and `lover_max` is beaten by none there.
     """
     lover_standing = _selectors("lover_standing")
     selectors_table = _selectors()
     gsm8k = {"majority": [1] * 20 + [0] * 20, "lover_max": [1] * 10 + [0] * 30, "greedy": [1] * 10 + [0] * 30,
              "lover_sum": [1] * 20 + [0] * 20, "cot_sum": [1] * 30 + [0] * 10, "pass_at_n": [1] * 40}
+    nowhere = {s: [0] * 40 for s in gsm8k}
     everywhere = {s: [1] * 40 for s in gsm8k}
     reports = {name: _report(name, right) for name, right in (
-        ("0.5b/gsm8k", gsm8k), ("0.5b/gsm8k_sample", gsm8k), ("1.5b/gsm8k", everywhere))}
-    found = lover_standing.lover_standing(reports, selectors_table.FAMILIES, selectors_table._paired)
+        ("0.5b/gsm8k", gsm8k), ("0.5b/igsm", nowhere), ("0.5b/gsm8k_sample", gsm8k), ("1.5b/gsm8k", everywhere))}
+    found = lover_standing.lover_standing(reports, selectors_table.FAMILIES, selectors_table._paired,
+                                          {"0.5b/igsm": ["lover_max"], "0.5b/gsm8k": None})
 
     assert [(e["size"], e["family"], e["row"], e["sets"], e["n"]) for e in found] == [
-        (size, "arithmetic", row, [f"{size}/gsm8k"], 40) for size in ("0.5b", "1.5b") for row in ("lover_max", "lover_sum")]
+        ("0.5b", "arithmetic", row, ["0.5b/gsm8k", "0.5b/igsm"], 80) for row in ("lover_max", "lover_sum")] + [
+        ("1.5b", "arithmetic", row, ["1.5b/gsm8k"], 40) for row in ("lover_max", "lover_sum")]
     lover_max, lover_sum, large, _ = found
-    assert lover_max["minus_majority"]["diff"] == -0.25 and lover_max["minus_majority"]["high"] < 0
-    assert [(b["selector"], b["minus_lover"]["diff"]) for b in lover_max["beaten_by"]] == [("cot_sum", 0.5),
-                                                                                          ("majority", 0.25)]
+    assert lover_max["minus_majority"]["diff"] == -0.125 and lover_max["minus_majority"]["high"] < 0
+    assert [(b["selector"], b["minus_lover"]["diff"]) for b in lover_max["beaten_by"]] == [("cot_sum", 0.25),
+                                                                                          ("majority", 0.125)]
     assert all(b["minus_lover"]["low"] > 0 for b in lover_max["beaten_by"])
     assert [b["selector"] for b in lover_sum["beaten_by"]] == ["cot_sum"]
+    assert lover_max["one_way_on"] == ["0.5b/igsm"] and lover_sum["one_way_on"] == []
     assert large["beaten_by"] == []
     lines = lover_standing.readme_lines(found)
-    assert lines[1].startswith("- 0.5b arithmetic (n = 40): `lover_max` -0.250 [")
-    assert "beaten by 2 selectors, most by `cot_sum` (+0.500 [" in lines[1]
-    assert lines[2].startswith("- 1.5b arithmetic (n = 40): `lover_max` +0.000 [+0.000, +0.000] vs majority, beaten "
-                               "by none;")
+    assert lines[1].startswith("- 0.5b arithmetic (gsm8k, igsm; n = 80): `lover_max` -0.125 [")
+    assert ("beaten by 2 selectors (majority voting among them), most by `cot_sum` (+0.250 [" in lines[1]
+            and "answering one way on 1 of its 2 sets; `lover_sum`" in lines[1])
+    assert lines[2].startswith("- 1.5b arithmetic (gsm8k; n = 40): `lover_max` +0.000 [+0.000, +0.000] vs majority, "
+                               "beaten by none;")
+
+
+def test_lover_standing_compares_only_selectors_every_pooled_set_holds():
+    """A family's second set lacks `cot_sum` (a report written before that row; 40 questions a set, majority right on
+    the first 20 of each, `lover_max` on none, `cot_sum` on all 40 of the first). Pooled over both (n = 80) majority
+    beats `lover_max` (+0.25, a resample without a +1 has probability (60/80)^80 ~ 1e-10); `cot_sum` is left out of
+    the comparison rather than failing on the missing key. A set without `majority` stops with the set named."""
+    lover_standing = _selectors("lover_standing")
+    selectors_table = _selectors()
+    full = {"majority": [1] * 20 + [0] * 20, "lover_max": [0] * 40, "cot_sum": [1] * 40}
+    short = {"majority": [1] * 20 + [0] * 20, "lover_max": [0] * 40}
+    found = lover_standing.lover_standing({"0.5b/gsm8k": _report("0.5b/gsm8k", full),
+                                           "0.5b/igsm": _report("0.5b/igsm", short)},
+                                          selectors_table.FAMILIES, selectors_table._paired)
+    assert [(e["row"], e["n"], [b["selector"] for b in e["beaten_by"]]) for e in found] == [("lover_max", 80,
+                                                                                            ["majority"])]
+    no_majority = {"set": "0.5b/gsm8k", "questions": [{"correct": {"lover_max": 0}}]}
+    with pytest.raises(SystemExit, match="0.5b/gsm8k: no `majority` row"):
+        lover_standing.lover_standing({"0.5b/gsm8k": no_majority}, selectors_table.FAMILIES, selectors_table._paired)

@@ -256,13 +256,15 @@ def build(folder: Path) -> tuple[dict, dict]:
                          "--set NAME first")
     order = sorted(reports, key=lambda n: ({"135m": 0, "0.5b": 1, "1.5b": 2}.get(n.split("/")[0], 3), n))
     present = reports[order[0]]["questions"][0]["correct"]
+    one_answer = {n: one_answer_shares(reports[n]) for n in order}
     table = {"strategies": [s for s in ROWS if s in present] + [s for s in present if s not in ROWS],  # YAML order
              "sets": {n: set_rows(reports[n]) for n in order},
              "auroc": {n: path_aurocs(reports[n]) for n in order},
-             "one_answer": {n: one_answer_shares(reports[n]) for n in order},
+             "one_answer": one_answer,
              # Reports written before BankSet had `decoding` are CoT-decoding's branches, its default.
              "decoding": {n: reports[n]["bank_set"].get("decoding", BankSet.decoding) for n in order},
-             "lover_standing": lover_standing({n: reports[n] for n in order}, FAMILIES, _paired)}
+             "lover_standing": lover_standing({n: reports[n] for n in order}, FAMILIES, _paired,
+                                              {n: (found or {}).get("one_way") for n, found in one_answer.items()})}
     return table, recommend(reports)
 
 
