@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..core.files import write_text
+from .igsm_names import HIERARCHIES
 
 MOD = 23
 MAX_PERM_LEVEL = 5
@@ -27,51 +28,6 @@ MAX_DETAIL_LEVEL = 10
 MAX_SUPPORTED_OP = 24
 MAX_EDGE_LIMIT = 40
 MAX_ATTEMPTS = 2000  # per problem; the hardest allowed targets succeed in >= 2% of attempts
-
-
-class Category(NamedTuple):
-    plural: str
-    items: tuple
-
-
-def _family(plural, names):
-    return Category(plural, tuple(names.split(", ")))
-
-
-# World knowledge a reader needs (which items are Animals, ...). Names never contain ",",
-# " and ", "'s", digits or periods, so every sentence stays unambiguous to parse.
-HIERARCHIES = (
-    (_family("Zoos", "Riverview Zoo, Sunset Zoo, Maple Grove Zoo, Harbor Zoo, Pinecrest Zoo, "
-                     "Cedar Valley Zoo, Lakeside Zoo, Golden Hills Zoo, Willow Creek Zoo, Stonebridge Zoo, "
-                     "Northgate Zoo, Clearwater Zoo"),
-     _family("Enclosures", "Reptile House, Aviary, Aquarium Hall, Savanna Pen, Monkey Island, Insect Dome, "
-                           "Polar Pool, Night House, Petting Barn, Rainforest Dome, Penguin Cove, "
-                           "Desert Pavilion"),
-     _family("Animals", "Parrot, Goldfish, Owl, Lion, Zebra, Gecko, Tortoise, Penguin, Lemur, Flamingo, "
-                        "Iguana, Otter, Meerkat, Toucan"),
-     _family("Body Parts", "Cerebellum, Femur, Proximal Phalanx, Beak, Tibia, Skull, Rib, Vertebra, "
-                           "Scapula, Jawbone, Clavicle, Patella, Sternum, Pelvis")),
-    (_family("Schools", "Oakwood High, Riverside Academy, Hillcrest School, Lincoln Prep, "
-                        "Brookfield School, Westlake Academy, Summit High, Evergreen School, Fairview Prep, "
-                        "Meadowbrook High, Kingsley Academy, Bayside School"),
-     _family("Classrooms", "Chemistry Lab, Art Studio, Music Room, Library Hall, Math Room, Gym Hall, "
-                           "History Room, Robotics Lab, Drama Studio, Biology Lab, Computer Lab, "
-                           "Language Room"),
-     _family("Backpacks", "Canvas Backpack, Leather Backpack, Rolling Backpack, Hiking Backpack, "
-                          "Mesh Backpack, Nylon Backpack, Drawstring Bag, Messenger Bag, Sling Bag, "
-                          "Tote Bag, Duffel Bag, Laptop Bag"),
-     _family("School Supplies", "Pencil, Eraser, Ruler, Highlighter, Stapler, Glue Stick, Notebook, "
-                                "Compass, Protractor, Marker, Crayon, Sharpener, Calculator, Scissors")),
-    (_family("Cities", "Brightwater, Ashford, Millbrook, Redcliff, Elmstead, Kingsport, Dunmore, Fairhaven, "
-                       "Glenrock, Oakridge, Silverton, Thornbury"),
-     _family("Markets", "Central Market, Night Market, Harbor Market, Farmers Market, Flea Market, "
-                        "Spice Bazaar, Fish Market, Flower Market, Craft Fair, Book Fair, Street Market, "
-                        "Antique Market"),
-     _family("Stalls", "Fruit Stall, Bakery Stall, Cheese Stall, Tea Stall, Toy Stall, Candle Stall, "
-                       "Pottery Stall, Jewelry Stall, Noodle Stall, Honey Stall, Soap Stall, Herb Stall"),
-     _family("Products", "Apple, Bread Loaf, Cheese Wheel, Tea Box, Wooden Toy, Candle, Clay Pot, Bracelet, "
-                         "Noodle Cup, Honey Jar, Soap Bar, Herb Bundle, Orange, Teapot")),
-)
 
 
 def min_edges_for(max_op):
