@@ -202,15 +202,13 @@ def test_lover_standing_names_every_selector_whose_interval_lies_above_a_lover_r
       size, and `lover_max` is beaten by none there.
     """
     lover_standing = _selectors("lover_standing")
-    selectors_table = _selectors()
     gsm8k = {"majority": [1] * 20 + [0] * 20, "lover_max": [1] * 10 + [0] * 30, "greedy": [1] * 10 + [0] * 30,
              "lover_sum": [1] * 20 + [0] * 20, "cot_sum": [1] * 30 + [0] * 10, "pass_at_n": [1] * 40}
     nowhere = {s: [0] * 40 for s in gsm8k}
     everywhere = {s: [1] * 40 for s in gsm8k}
     reports = {name: _report(name, right) for name, right in (
         ("0.5b/gsm8k", gsm8k), ("0.5b/igsm", nowhere), ("0.5b/gsm8k_sample", gsm8k), ("1.5b/gsm8k", everywhere))}
-    found = lover_standing.lover_standing(reports, selectors_table.FAMILIES, selectors_table._paired,
-                                          {"0.5b/igsm": ["lover_max"], "0.5b/gsm8k": None})
+    found = lover_standing.lover_standing(reports, {"0.5b/igsm": {"one_way": ["lover_max"]}, "0.5b/gsm8k": None})
 
     assert [(e["size"], e["family"], e["row"], e["sets"], e["n"]) for e in found] == [
         ("0.5b", "arithmetic", row, ["0.5b/gsm8k", "0.5b/igsm"], 80) for row in ("lover_max", "lover_sum")] + [
@@ -237,14 +235,12 @@ def test_lover_standing_compares_only_selectors_every_pooled_set_holds():
     beats `lover_max` (+0.25, a resample without a +1 has probability (60/80)^80 ~ 1e-10); `cot_sum` is left out of
     the comparison rather than failing on the missing key. A set without `majority` stops with the set named."""
     lover_standing = _selectors("lover_standing")
-    selectors_table = _selectors()
     full = {"majority": [1] * 20 + [0] * 20, "lover_max": [0] * 40, "cot_sum": [1] * 40}
     short = {"majority": [1] * 20 + [0] * 20, "lover_max": [0] * 40}
     found = lover_standing.lover_standing({"0.5b/gsm8k": _report("0.5b/gsm8k", full),
-                                           "0.5b/igsm": _report("0.5b/igsm", short)},
-                                          selectors_table.FAMILIES, selectors_table._paired)
+                                           "0.5b/igsm": _report("0.5b/igsm", short)})
     assert [(e["row"], e["n"], [b["selector"] for b in e["beaten_by"]]) for e in found] == [("lover_max", 80,
                                                                                             ["majority"])]
     no_majority = {"set": "0.5b/gsm8k", "questions": [{"correct": {"lover_max": 0}}]}
     with pytest.raises(SystemExit, match="0.5b/gsm8k: no `majority` row"):
-        lover_standing.lover_standing({"0.5b/gsm8k": no_majority}, selectors_table.FAMILIES, selectors_table._paired)
+        lover_standing.lover_standing({"0.5b/gsm8k": no_majority})

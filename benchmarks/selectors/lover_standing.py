@@ -11,28 +11,23 @@ after every set was scored.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import numpy as np
-
 from lover_lmeval.core.select.selection import ORACLES
+
+from benchmarks.selectors.pooled import FAMILIES, interval, paired, pool
 
 LOVER_ROWS = ("lover_max", "lover_sum")
 MAJORITY = "majority"
 
 
-def lover_standing(reports: dict[str, dict], families: dict[str, tuple[str, ...]],
-                   paired: Callable[[np.ndarray, np.ndarray], dict],
-                   one_way: dict[str, list[str] | None] | None = None) -> list[dict]:
+def lover_standing(reports: dict[str, dict], one_answer: dict[str, dict | None] | None = None) -> list[dict]:
     """One entry per (size, family, LoVer row) present: the sets pooled, n, the row's difference from majority,
     `beaten_by`, the selectors above it ({"selector", "minus_lover"}, largest difference first), and `one_way_on`, the
-    sets where `one_way[set]` (the selectors that set's report answers one way with) names the row. Only selectors
-    every set of the family holds are compared. `paired(a, b)` is the leaderboard's a − b bootstrap. Sizes and sets
-    come in the reports' order (it fixes the pooling, as in the recommendation); sets in no family (the sampled bank)
-    are left out."""
+    sets whose `one_answer[set]` (selectors_table.one_answer_shares; None: not checked) lists the row as answering one
+    way. Only selectors every set of the family holds are compared. Sizes and sets come in the reports' order (it
+    fixes the pooling, as in the recommendation); sets in no family (the sampled bank) are left out."""
     out = []
     for size in dict.fromkeys(name.split("/")[0] for name in reports):
-        for family, stems in families.items():
+        for family, stems in FAMILIES.items():
             names = [name for name in reports if name in {f"{size}/{stem}" for stem in stems}]
             if not names:
                 continue
@@ -42,20 +37,16 @@ def lover_standing(reports: dict[str, dict], families: dict[str, tuple[str, ...]
             if MAJORITY not in strategies:
                 raise SystemExit(f"{', '.join(names)}: no `{MAJORITY}` row in every report; rerun "
                                  "benchmarks/selectors/selectors_run.py on these sets")
-            pooled = {s: np.concatenate([[q["correct"][s] for q in reports[name]["questions"]] for name in names])
-                      .astype(float) for s in strategies}  # (n,) per selector, the sets one after the other
+            pooled = pool(reports, names, strategies)
             for row in (r for r in LOVER_ROWS if r in pooled):
                 above = [(s, paired(pooled[s], pooled[row])) for s in strategies if s not in LOVER_ROWS]
                 out.append({"size": size, "family": family, "row": row, "sets": names, "n": len(pooled[row]),
                             "minus_majority": paired(pooled[row], pooled[MAJORITY]),
                             "beaten_by": [{"selector": s, "minus_lover": d}
                                           for s, d in sorted(above, key=lambda sd: -sd[1]["diff"]) if d["low"] > 0],
-                            "one_way_on": [name for name in names if row in ((one_way or {}).get(name) or ())]})
+                            "one_way_on": [name for name in names
+                                           if row in ((one_answer or {}).get(name) or {}).get("one_way", ())]})
     return out
-
-
-def _interval(d: dict) -> str:
-    return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
 
 
 def _sets(entry: dict) -> str:
@@ -75,13 +66,13 @@ def readme_lines(standing: list[dict]) -> list[str]:
     for (size, family), entries in groups.items():
         parts = []
         for e in entries:
-            text = f"`{e['row']}` {_interval(e['minus_majority'])} vs majority"
+            text = f"`{e['row']}` {interval(e['minus_majority'])} vs majority"
             beaten = e["beaten_by"]
             if beaten:
                 majority_too = any(b["selector"] == MAJORITY for b in beaten)
                 with_majority = " (majority voting among them)" if majority_too else ""
                 text += (f", beaten by {len(beaten)} selector{'s' * (len(beaten) > 1)}{with_majority}, most by "
-                         f"`{beaten[0]['selector']}` ({_interval(beaten[0]['minus_lover'])})")
+                         f"`{beaten[0]['selector']}` ({interval(beaten[0]['minus_lover'])})")
             else:
                 text += ", beaten by none"
             if e["one_way_on"]:
@@ -99,8 +90,8 @@ def markdown_lines(standing: list[dict]) -> list[str]:
              "| size | family | sets | n | LoVer row | − majority | beaten by | one way on |",
              "|---|---|---|---|---|---|---|---|"]
     for e in standing:
-        beaten = ", ".join(f"`{b['selector']}` {_interval(b['minus_lover'])}" for b in e["beaten_by"]) or "none"
+        beaten = ", ".join(f"`{b['selector']}` {interval(b['minus_lover'])}" for b in e["beaten_by"]) or "none"
         one_way = ", ".join(name.split("/", 1)[1] for name in e["one_way_on"]) or "—"
         lines.append(f"| {e['size']} | {e['family']} | {_sets(e)} | {e['n']} | `{e['row']}` | "
-                     f"{_interval(e['minus_majority'])} | {beaten} | {one_way} |")
+                     f"{interval(e['minus_majority'])} | {beaten} | {one_way} |")
     return lines

@@ -23,7 +23,8 @@ from lover_lmeval.core.files import write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
 from benchmarks.bench_common import RESULTS  # noqa: E402
-from benchmarks.selectors.selectors_table import ORACLE, _interval, _paired, path_aurocs, set_rows  # noqa: E402
+from benchmarks.selectors.pooled import interval, paired  # noqa: E402
+from benchmarks.selectors.selectors_table import ORACLE, path_aurocs, set_rows  # noqa: E402
 
 PAIRS = {"0.5b/gsm8k_sample": "0.5b/gsm8k"}  # sampled set -> the CoT-decoding set of the same questions
 
@@ -47,7 +48,7 @@ def compare(sampled: dict, cot: dict) -> dict:
     for s in strategies:
         a = np.array([by_sampled[k][s] for k in keys], dtype=float)
         b = np.array([by_cot[k][s] for k in keys], dtype=float)
-        row = {"sampled_acc": float(a.mean()), "cot_acc": float(b.mean()), "sampled_minus_cot": _paired(a, b)}
+        row = {"sampled_acc": float(a.mean()), "cot_acc": float(b.mean()), "sampled_minus_cot": paired(a, b)}
         if s != ORACLE:
             row |= {"sampled_minus_majority": rows_sampled[s]["minus_majority"],
                     "cot_minus_majority": rows_cot[s]["minus_majority"]}
@@ -66,10 +67,10 @@ def markdown(found: dict) -> str:
              f"| selector | accuracy, CoT | accuracy, sampled | sampled − CoT (paired by question) | − majority, CoT "
              "| − majority, sampled |", "|---|---|---|---|---|---|"]
     for s, row in found["strategies"].items():
-        versus = ([_interval(row["cot_minus_majority"]), _interval(row["sampled_minus_majority"])] if s != ORACLE
+        versus = ([interval(row["cot_minus_majority"]), interval(row["sampled_minus_majority"])] if s != ORACLE
                   else ["(oracle)", "(oracle)"])
         lines.append(f"| `{s}` | {row['cot_acc']:.3f} | {row['sampled_acc']:.3f} | "
-                     f"{_interval(row['sampled_minus_cot'])} | " + " | ".join(versus) + " |")
+                     f"{interval(row['sampled_minus_cot'])} | " + " | ".join(versus) + " |")
     lines += ["", "AUROC of each path score against the branch's stated answer being right (branches pooled):", "",
               "| path score | CoT | sampled |", "|---|---|---|"]
     for name, pair in found["auroc"].items():

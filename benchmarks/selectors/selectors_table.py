@@ -22,7 +22,7 @@ import numpy as np
 from lover_lmeval.apps.leaderboard import ROWS
 from lover_lmeval.core.decode.decoding import BRANCH_ZERO
 from lover_lmeval.core.files import write_text
-from lover_lmeval.core.stats import auroc, paired_bootstrap
+from lover_lmeval.core.stats import auroc
 from lover_lmeval.core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CONSTANT_ANSWER_SHARE, constant_answer,
                                               top_pick)
 
@@ -31,20 +31,11 @@ from benchmarks.bank_sets import BankSet  # noqa: E402
 from benchmarks.bench_common import REPO, RESULTS  # noqa: E402
 from benchmarks.selectors.leaderboard_figure import draw  # noqa: E402
 from benchmarks.selectors.lover_standing import lover_standing, markdown_lines, readme_lines  # noqa: E402
+from benchmarks.selectors.pooled import FAMILIES, interval, paired, pool  # noqa: E402
 
-FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
-    "arithmetic": ("gsm8k", "igsm", "bbh_multistep_arithmetic_two", "bbh_object_counting"),
-    "yes/no, true/false": ("bbh_boolean_expressions", "bbh_causal_judgement", "bbh_navigate", "bbh_web_of_lies",
-                           "hotpotqa_yesno"),
-    "multiple choice": ("mmlu_pro",),
-}
 SELECTION_SIZE = "0.5b"
 ORACLE = "pass_at_n"
 DERIVED = ("leaderboard.json", "sampled_vs_cot.json")  # files in the results folder that are not selectors_run reports
-
-
-def _paired(a: np.ndarray, b: np.ndarray) -> dict:
-    return paired_bootstrap(a, b, 10_000, np.random.default_rng(0))
 
 
 def set_rows(report: dict) -> dict:
@@ -55,8 +46,8 @@ def set_rows(report: dict) -> dict:
     for s in strategies:
         rows[s] = {"acc": float(outcome[s].mean()), "n": len(outcome[s])}
         if s != ORACLE:
-            rows[s]["minus_majority"] = _paired(outcome[s], outcome["majority"])
-            rows[s]["minus_cot_sum"] = _paired(outcome[s], outcome["cot_sum"])
+            rows[s]["minus_majority"] = paired(outcome[s], outcome["majority"])
+            rows[s]["minus_cot_sum"] = paired(outcome[s], outcome["cot_sum"])
     return rows
 
 
@@ -92,15 +83,13 @@ def recommend(reports: dict[str, dict]) -> dict:
     for family, stems in FAMILIES.items():
         family_sets = [f"{SELECTION_SIZE}/{stem}" for stem in stems]
         scored = [name for name in reports if name in family_sets]  # the reports' order: it fixes the pooling
-        chosen = [reports[name] for name in scored]
-        if not chosen:
+        if not scored:
             out[family] = {"selector": None, "why": f"no {SELECTION_SIZE} set of this family has been scored yet"}
             continue
-        strategies = [s for s in chosen[0]["questions"][0]["correct"] if s != ORACLE]
-        pooled = {s: np.concatenate([[q["correct"][s] for q in r["questions"]] for r in chosen]).astype(float)
-                  for s in strategies}
+        strategies = [s for s in reports[scored[0]]["questions"][0]["correct"] if s != ORACLE]
+        pooled = pool(reports, scored, strategies)
         best = max(strategies, key=lambda s: (pooled[s].mean(), s == "majority"))
-        versus = _paired(pooled[best], pooled["majority"])
+        versus = paired(pooled[best], pooled["majority"])
         wins = best != "majority" and versus["low"] > 0
         shares = {name: one_answer_shares(reports[name]) for name in scored}
         # Added in session 26, after HotpotQA completed the yes/no family with its winner answering one way on every
@@ -120,12 +109,8 @@ def recommend(reports: dict[str, dict]) -> dict:
                                       for name, found in shares.items() if found and best in found["one_way"]},
                        "one_answer_unchecked": [name for name, found in shares.items() if found is None],
                        "best_answering_no_set_one_way": None if selecting is None else {
-                           "selector": selecting, "minus_majority": _paired(pooled[selecting], pooled["majority"])}}
+                           "selector": selecting, "minus_majority": paired(pooled[selecting], pooled["majority"])}}
     return out
-
-
-def _interval(d: dict) -> str:
-    return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
 
 
 def _provisional(rec: dict) -> str:
@@ -152,7 +137,7 @@ def _no_selection(rec: dict) -> str:
         return text + "."
     verdict = "above" if other["minus_majority"]["low"] > 0 else "not above"
     return (text + f"; the best selector answering no set one way is `{other['selector']}`, "
-            f"{_interval(other['minus_majority'])} vs majority ({verdict} it).")
+            f"{interval(other['minus_majority'])} vs majority ({verdict} it).")
 
 
 def _versus(table: dict, baseline: str) -> list[str]:
@@ -165,7 +150,7 @@ def _versus(table: dict, baseline: str) -> list[str]:
         if s == baseline:
             continue
         cells = [f"{table['sets'][n][s]['acc']:.3f}" if s == ORACLE
-                 else _interval(table["sets"][n][s][f"minus_{baseline}"]) for n in sets]
+                 else interval(table["sets"][n][s][f"minus_{baseline}"]) for n in sets]
         lines.append(f"| `{s}` | " + " | ".join(cells) + " |")
     return lines
 
@@ -187,7 +172,7 @@ def markdown(table: dict, recommendation: dict) -> str:
             lines.append(f"| {family} | — | {rec['why']} |")
             continue
         evidence = (f"best pooled: `{rec['best_point_estimate']}` {rec['best_acc']:.3f} vs majority "
-                    f"{rec['majority_acc']:.3f}, {_interval(rec['best_minus_majority'])}, n = {rec['n']} "
+                    f"{rec['majority_acc']:.3f}, {interval(rec['best_minus_majority'])}, n = {rec['n']} "
                     f"({', '.join(rec['sets'])}){_provisional(rec)}{_one_answer(rec)}{_no_selection(rec)}")
         lines.append(f"| {family} | `{rec['selector']}` | {evidence} |")
     lines += ["", *markdown_lines(table["lover_standing"])]
@@ -227,7 +212,7 @@ def readme_block(table: dict, recommendation: dict) -> str:
             lines.append(f"- {family}: not yet measured ({rec['why']}).")
         else:
             lines.append(f"- {family}: `{rec['selector']}` (best pooled `{rec['best_point_estimate']}`, "
-                         f"{_interval(rec['best_minus_majority'])} vs majority, n = {rec['n']}"
+                         f"{interval(rec['best_minus_majority'])} vs majority, n = {rec['n']}"
                          f"{_provisional(rec)}{_one_answer(rec)}){_no_selection(rec)}")
     if any(rec.get("one_answer") for rec in recommendation.values()):
         lines += ["", f"*Answers one way*: the selector gave one answer to that share (≥ {CONSTANT_ANSWER_SHARE:.0%} "
@@ -263,8 +248,7 @@ def build(folder: Path) -> tuple[dict, dict]:
              "one_answer": one_answer,
              # Reports written before BankSet had `decoding` are CoT-decoding's branches, its default.
              "decoding": {n: reports[n]["bank_set"].get("decoding", BankSet.decoding) for n in order},
-             "lover_standing": lover_standing({n: reports[n] for n in order}, FAMILIES, _paired,
-                                              {n: (found or {}).get("one_way") for n, found in one_answer.items()})}
+             "lover_standing": lover_standing({n: reports[n] for n in order}, one_answer)}
     return table, recommend(reports)
 
 

@@ -1,0 +1,32 @@
+"""What run 19 B's readings of the selector reports share (selectors_table.py, lover_standing.py, sampled_vs_cot.py):
+the task families, the paired bootstrap every interval uses and its text, and a family's sets pooled into one
+outcome vector per selector."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lover_lmeval.core.stats import paired_bootstrap
+
+FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
+    "arithmetic": ("gsm8k", "igsm", "bbh_multistep_arithmetic_two", "bbh_object_counting"),
+    "yes/no, true/false": ("bbh_boolean_expressions", "bbh_causal_judgement", "bbh_navigate", "bbh_web_of_lies",
+                           "hotpotqa_yesno"),
+    "multiple choice": ("mmlu_pro",),
+}
+
+
+def paired(a: np.ndarray, b: np.ndarray) -> dict:
+    """Accuracy a − b on the same questions, 95% paired bootstrap interval (10,000 resamples, seed 0)."""
+    return paired_bootstrap(a, b, 10_000, np.random.default_rng(0))
+
+
+def interval(d: dict) -> str:
+    return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+
+def pool(reports: dict[str, dict], names: list[str], strategies: list[str]) -> dict[str, np.ndarray]:
+    """Per strategy, its 0/1 outcomes over the sets `names`, one after the other in that order (it fixes the
+    bootstrap's resamples, so every reading pools in the reports' order)."""
+    return {s: np.concatenate([[q["correct"][s] for q in reports[name]["questions"]] for name in names]).astype(float)
+            for s in strategies}
