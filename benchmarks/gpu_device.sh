@@ -3,8 +3,9 @@
 # afresh on each call, so everything lives under $W): one verb a tool call. setup (wheels, data, banks, a check that
 # the stack imports and sees the GPU), piece NAME (a file .gpu/NAME: a GGUF piece `MODEL.pNN`; a folder: more banks,
 # merged into $W/banks), launch SECONDS (assemble and verify each GGUF, start the run's job detached, then wait), wait
-# SECONDS; launch and wait copy the banks named, the logs and checkpoints into $OUT when the job ends (or fails) or
-# SECONDS pass. A run's own device.sh sets JOB (its job script, from the repository root), GGUFS ("MODEL:SHA256 ...",
+# SECONDS; `wheel NAME [SECONDS]` joins a wheel carried in pieces, installs it and runs the run's $SMOKE command (at
+# most SECONDS); `convert` starts the GGUFs' conversion detached, so that it overlaps later transfers. launch and wait
+# copy the banks named, the logs and checkpoints into $OUT when the job ends (or fails) or SECONDS pass. A run's own device.sh sets JOB (its job script, from the repository root), GGUFS ("MODEL:SHA256 ...",
 # get-model names; the first is also G), DEFAULT_STEPS (the job's steps when STEPS is unset) and BANKS_BACK (bank files
 # to copy back, relative to $W/banks), then runs this. On the device `../shared/bin/get-model MODEL` prints the
 # assembled GGUF, so scripts that fetch by name run unchanged. First used by run 18 A
@@ -28,6 +29,12 @@ wait_job() {  # until the job ends or $1 seconds pass, printing progress every m
   done
   collect
 }
+join_ggufs() {  # each GGUF of $GGUFS from its pieces, verified (once: a joined, verified file is kept)
+  for spec in $GGUFS; do
+    m=${spec%%:*}; [ -f $W/m/$m.gguf.ok ] && continue
+    cat $W/p/$m.p?? > $W/m/$m.gguf && echo "${spec#*:}  $W/m/$m.gguf" | sha256sum -c && touch $W/m/$m.gguf.ok || return 1
+  done
+}
 repo_copy() {  # the synced tree is replaced on every call: the job runs from a copy outside it
   rm -rf $W/repo && mkdir -p $W/repo && cp -r lover_lmeval benchmarks pyproject.toml $W/repo/ \
     && ln -sfn lover_lmeval/task_configs $W/repo/task_configs
@@ -36,7 +43,7 @@ case $1 in
   setup)
     mkdir -p $W/p $W/site $W/out $W/m $W/shared/bin
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site .whl/*.whl || exit 1
-    cp -r .gpu/data .gpu/banks $W/
+    for d in .gpu/*/; do cp -r "$d" $W/; done  # the folders this call carries: data/, banks/, ...
     # lover_lmeval's start-up hook (its .pth in a pip install) registers the lover_* tasks; here the package is on
     # PYTHONPATH only, so a sitecustomize there imports the hook, after any sitecustomize the image already has
     printf '%s\n' 'import os, sys' 'for _p in sys.path:' \
@@ -59,11 +66,21 @@ print('test docs', len(list(t.test_docs())), 'train docs', len(list(t.training_d
   piece)
     if [ -d ".gpu/$2" ]; then cp -r ".gpu/$2/." $W/banks/ && find $W/banks -type f | wc -l
     else cp ".gpu/$2" $W/p/ && ls $W/p | wc -l && du -cb $W/p | tail -1; fi ;;
+  wheel)  # a wheel over 60 MiB travels as pieces .gpu/WHEEL.pNN (`piece` each): join, install, then $SMOKE if set
+    cat $W/p/$2.p?? > $W/$2 && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target $W/site $W/$2 || exit 1
+    repo_copy; for d in .gpu/*/; do cp -r "$d" $W/; done  # what the smoke test reads may ride with the last piece
+    [ -z "${SMOKE:-}" ] || (cd $W/repo && timeout "${3:-120}" bash -c "$SMOKE" > $W/out/smoke.log 2>&1; \
+      echo "smoke ended with $?" >> $W/out/smoke.log); tail -n 25 $W/out/smoke.log 2>/dev/null ;;
+  convert)  # join and verify the GGUFs whose pieces are all here, and convert them detached (launch's job waits)
+    join_ggufs || exit 1
+    rm -rf $W/repo_c && mkdir -p $W/repo_c && cp -r lover_lmeval $W/repo_c/  # its own copy: later calls replace repo
+    for m in $W/m/*.gguf; do
+      (cd $W/repo_c && PYTHONPATH=$W/site:$W/repo_c setsid nohup python3 -c "from pathlib import Path; from lover_lmeval.core.loading import \
+convert_gguf; print(convert_gguf(Path('$m')))" > $W/out/convert_$(basename $m .gguf).log 2>&1 < /dev/null &)
+    done; sleep 1; pgrep -fc convert_gguf ;;
   launch)
-    repo_copy
-    for spec in $GGUFS; do
-      m=${spec%%:*}; cat $W/p/$m.p?? > $W/m/$m.gguf && echo "${spec#*:}  $W/m/$m.gguf" | sha256sum -c || exit 1
-    done
+    repo_copy; join_ggufs || exit 1
     first=${GGUFS%% *}
     STEPS="${STEPS:-$DEFAULT_STEPS}" BATCH=128 PY=python3 R=$W/repo G=$W/m/${first%%:*}.gguf MD=$W/m B=$W/banks \
       O=$W/out setsid nohup bash "$W/repo/$JOB" > $W/out/job.log 2>&1 < /dev/null &
