@@ -73,7 +73,7 @@ print('test docs', len(list(t.test_docs())), 'train docs', len(list(t.training_d
     [ -z "${SMOKE:-}" ] || (cd $W/repo && timeout "${3:-120}" bash -c "$SMOKE" > $W/out/smoke.log 2>&1; \
       echo "smoke ended with $?" >> $W/out/smoke.log); tail -n 25 $W/out/smoke.log 2>/dev/null ;;
   convert)  # join and verify the GGUFs whose pieces are all here, and convert them detached (launch's job waits)
-    join_ggufs || exit 1
+    join_ggufs || exit 1; for d in .gpu/*/; do cp -r "$d" $W/; done  # folders riding with this call
     rm -rf $W/repo_c && mkdir -p $W/repo_c && cp -r lover_lmeval $W/repo_c/  # its own copy: later calls replace repo
     for m in $W/m/*.gguf; do
       (cd $W/repo_c && PYTHONPATH=$W/site:$W/repo_c setsid nohup python3 -c "from pathlib import Path; from lover_lmeval.core.loading import \
