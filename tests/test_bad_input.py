@@ -92,6 +92,8 @@ TABLE = [
     ({"bank": lambda d, m: _text_file(d, m) + "/sub/bank.sqlite"}, ["bank=", "notes.txt", "writable folder"]),
     ({"bank_only": "true"}, ["bank_only=true", "bank=PATH"]),
     ({"bank_only": "maybe", "bank": "{tmp}/b.sqlite"}, ["bank_only", "'maybe'", "true or false"]),
+    ({"bank_dtype": "bf17", "bank": "{tmp}/b.sqlite"}, ["bank_dtype=bf17", "not a torch dtype", "bfloat16"]),
+    ({"bank_engine": "tgi", "bank": "{tmp}/b.sqlite"}, ["bank_engine=tgi", "not an engine", "vllm"]),
     ({"feature_cache": _text_file}, ["feature_cache=", "notes.txt", "not a folder"]),
     ({"fit_config": "epochz=3"}, ["fit config", "'epochz=3'", "epochs"]),
     ({"fit_config": "lr=fast"}, ["fit config", "lr='fast'", "float"]),
@@ -112,7 +114,7 @@ def test_bad_model_arg_is_named_before_any_decoding(args, needles, tiny_model_di
     def no_decoding(*a, **k):
         raise AssertionError("decoding started before the bad input was reported")
 
-    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
+    monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_decoding)
     resolved = {k: _resolve(v, tmp_path, tiny_model_dir) for k, v in args.items()}
     with pytest.raises(ValueError) as error:
         LoverLM(pretrained=str(tiny_model_dir), **resolved)
@@ -179,7 +181,7 @@ def test_a_bad_filter_is_named_before_any_decoding(strategy, extract, needles, t
     def no_decoding(*a, **k):
         raise AssertionError("decoding started before the bad filter was reported")
 
-    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
+    monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_decoding)
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, extract="number")
     with pytest.raises(ValueError) as error:
         simple_evaluate(model=lm, tasks=["my_task"], limit=1, task_manager=TaskManager(include_path=str(folder)))
@@ -201,12 +203,12 @@ def test_without_extract_the_fit_groups_answers_as_the_tasks_filters_do(tiny_mod
     shutil.copytree(REPO / "task_configs", folder)
     (folder / "my_task.yaml").write_text(FILTER_TASK.format(name="my_task", strategy="lover_sum", extract="yes_no"))
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2)
-    assert lm.pipeline.extract == "number"  # the default, until the tasks are known
     with caplog.at_level("INFO", logger="lm_eval.lover_hf"):
         simple_evaluate(model=lm, tasks=["my_task"], limit=1, gen_kwargs="max_gen_toks=4",
                         task_manager=TaskManager(include_path=str(folder)))
-    assert lm.pipeline.extract == "yes_no"
-    assert "extract=yes_no, as the tasks' lover_select filters group answers" in caplog.text
+    assert lm.pipeline.config.selection.extract == "number"  # model_args' default is left as it was
+    assert lm.pipeline.record.fits["my_task"]["extract"] == "yes_no"
+    assert "task my_task: extract=yes_no, as its lover_select filters group answers" in caplog.text
 
 
 def test_lover_rows_without_any_verifier_are_refused_before_decoding(tiny_model_dir, monkeypatch):
@@ -216,7 +218,7 @@ def test_lover_rows_without_any_verifier_are_refused_before_decoding(tiny_model_
     def no_decoding(*a, **k):
         raise AssertionError("decoding started before the missing verifier was reported")
 
-    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
+    monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_decoding)
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier="None")
     with pytest.raises(ValueError, match="reads the scores of verifier 'lover'.*pass verifier=fit"):
         simple_evaluate(model=lm, tasks=["lover_gsm8k"], limit=1)

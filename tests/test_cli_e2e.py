@@ -52,6 +52,27 @@ def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2
         assert isinstance(sample["filtered_resps"][0][0], str)
 
 
+BBH_EXTRACTORS = {"lover_bbh_boolean_expressions": "true_false", "lover_bbh_web_of_lies": "yes_no",
+                  "lover_bbh_object_counting": "number", "lover_bbh_navigate": "yes_no",
+                  "lover_bbh_multistep_arithmetic_two": "number", "lover_bbh_causal_judgement": "yes_no"}
+
+
+def test_lm_eval_cli_runs_the_lover_bbh_group_in_one_call(tmp_path, smollm2_dir):
+    """The group the project ships, `--tasks lover_bbh`: its six subsets extract true/false, yes/no and numbers, and
+    one lm_eval call runs them all, each task's test-time fit grouping answers with its own filters' extractor (a run
+    used to have one extractor, and refused the group)."""
+    out = tmp_path / "out"
+    _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args", "n_branches=2",
+          "--gen_kwargs", "max_gen_toks=8", "--tasks", "lover_bbh", "--limit", "2", "--output_path", str(out)],
+         tmp_path)
+    (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
+    results = json.load(open(results_file))
+    assert set(BBH_EXTRACTORS) <= set(results["results"])
+    fits = results["config"]["lover"]["test_time_fits"]
+    assert {task: fit["extract"] for task, fit in fits.items()} == BBH_EXTRACTORS
+    assert all(fit["questions"] == 2 for fit in fits.values())
+
+
 # The golden run's bank: the first 8 GSM8K test questions of the committed SmolLM2 bank (N = 10, chat template), each
 # branch with its token statistics (tests/test_golden.py), so these runs compute features but no statistics pass.
 BANK = REPO / "tests" / "data" / "golden" / "smollm2_bank.jsonl.gz"

@@ -331,6 +331,7 @@ def test_each_question_samples_from_its_own_seed(tiny_model, tokenizer):
 
     from lover_lmeval.core.store.bank import record_key
     from lover_lmeval.core.config import LoverConfig
+    from lover_lmeval.core.decode.engine import RunSpec
     from lover_lmeval.core.decode.sampling import question_seed
     from lover_lmeval.core.pipeline import Pipeline
 
@@ -345,6 +346,6 @@ def test_each_question_samples_from_its_own_seed(tiny_model, tokenizer):
     sample = DecodingConfig(mode="sample")
     pipeline = Pipeline(tiny_model, tokenizer, LoverConfig(decoding=sample), model_name="tiny")
     old = record_key("tiny", [5, 6], {"decoding": asdict(sample), "until": [], "max_gen_toks": 8})
-    assert pipeline.record_keys([[5, 6]], [], 8) != [old]
-    assert Pipeline(tiny_model, tokenizer, model_name="tiny").record_keys([[5, 6]], [], 8) == [
+    assert pipeline.record_keys([[5, 6]], RunSpec(sample, [], 8)) != [old]
+    assert Pipeline(tiny_model, tokenizer, model_name="tiny").record_keys([[5, 6]], RunSpec(DecodingConfig(), [], 8)) == [
         record_key("tiny", [5, 6], {"decoding": asdict(DecodingConfig()), "until": [], "max_gen_toks": 8})]

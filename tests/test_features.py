@@ -201,14 +201,15 @@ def test_a_model_whose_logits_are_not_its_head_of_the_last_state_is_refused(peak
 
 
 def test_banked_branches_without_stats_get_them_once(peaked_model, tokenizer, tmp_path, one_thread):
-    """Pipeline.featurise: a question decoded now carries its statistics, rounded to float16 as its bank record keeps
-    them. The same record without them (as decoded before they existed) in another bank: featurise computes them
+    """Pipeline.run: a question decoded now carries its statistics, rounded to float16 as its bank record keeps
+    them. The same record without them (as decoded before they existed) in another bank: the run computes them
     with the features (one pass through every block), equal to the decoded ones within 2e-4 plus one float16 step
     (values ~1e-5 apart can round to neighbouring float16s: relative 2^-10), and keeps them in the feature cache, so
-    the next featurise of that record runs no forward pass at all and gives the same values. stats=False leaves a
+    the next run of that record runs no forward pass at all and gives the same values. RunSpec(stats=False) leaves a
     banked branch's statistics None."""
     from lover_lmeval.core.store.bank import BankConfig, BranchBank
     from lover_lmeval.core.config import LoverConfig
+    from lover_lmeval.core.decode.engine import RunSpec
     from lover_lmeval.core.pipeline import Pipeline
     from lover_lmeval.core.decode.token_stats import decode_stats, encode_stats
 
@@ -219,23 +220,24 @@ def test_banked_branches_without_stats_get_them_once(peaked_model, tokenizer, tm
 
     prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
     decoder = pipeline("new.jsonl.gz", "cache-new")
-    key = decoder.record_keys([prompt], [], 8)[0]
-    (decoded,) = decoder.featurise([prompt], [key], [], 8)
+    spec = RunSpec(DecodingConfig(n_branches=3), [], 8)
+    key = decoder.record_keys([prompt], spec)[0]
+    (decoded,) = decoder.run([prompt], spec)
     for branch in decoded.branches:
         assert decode_stats(encode_stats(branch.stats)) == branch.stats  # float16 values, as banked
     BranchBank(tmp_path / "old.jsonl.gz").add(key, [dataclasses.replace(b, stats=None) for b in decoded.branches],
                                               prompt_ids=prompt)
     reader = pipeline("old.jsonl.gz", "cache-old")
-    (first,) = reader.featurise([prompt], [key], [], 8)
+    (first,) = reader.run([prompt], spec)
     for branch, fresh in zip(first.branches, decoded.branches):
         for name in STAT_NAMES:
             assert branch.stats[name] == pytest.approx(fresh.stats[name], rel=2 ** -10, abs=2e-4), name
     forwards = []
     hook = peaked_model.register_forward_hook(lambda *args: forwards.append(1))
     try:
-        (again,) = reader.featurise([prompt], [key], [], 8)
+        (again,) = reader.run([prompt], spec)
     finally:
         hook.remove()
     assert forwards == [] and [b.stats for b in again.branches] == [b.stats for b in first.branches]
-    (bare,) = pipeline("old.jsonl.gz", "cache-bare").featurise([prompt], [key], [], 8, stats=False)
+    (bare,) = pipeline("old.jsonl.gz", "cache-bare").run([prompt], dataclasses.replace(spec, stats=False))
     assert all(b.stats is None for b in bare.branches)

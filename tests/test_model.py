@@ -94,7 +94,7 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
         raise AssertionError("ran the model although every feature is cached")
 
     monkeypatch.setattr("lover_lmeval.core.pipeline.features_from_tokens", no_model_runs)
-    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_model_runs)
+    monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_model_runs)
     cached = LoverLM(extra_layers="1", **kwargs).generate_until([_request(c) for c in contexts], disable_tqdm=True)
     for a, b in zip(live, cached):
         assert [x.token_ids for x in a.branches] == [x.token_ids for x in b.branches]

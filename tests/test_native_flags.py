@@ -118,7 +118,7 @@ def test_flag_is_refused_before_decoding(tmp_path, smollm2_dir, monkeypatch, fla
     # argv[0] is not `lm_eval`: the one-line excepthook (for the real command) stays out of this process.
     monkeypatch.setattr(sys, "argv", ["in-process", "--model", "lover_hf", "--model_args", model_args, "--tasks",
                                       "lover_gsm8k", "--limit", "1", "--output_path", str(out), *flags, *gen_kwargs])
-    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
+    monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_decoding)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(LoverUsageError) as error:
         cli_evaluate()

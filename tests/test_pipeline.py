@@ -24,6 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from lover_lmeval.core.config import LoverConfig
 from lover_lmeval.core.decode.decoding import DecodingConfig
+from lover_lmeval.core.decode.engine import RunSpec
 from lover_lmeval.core.pipeline import Pipeline
 from lover_lmeval.core.verify.verifier import VerifierConfig
 
@@ -32,13 +33,13 @@ model = AutoModelForCausalLM.from_pretrained(folder).eval()
 tokenizer = AutoTokenizer.from_pretrained(folder)
 config = LoverConfig(decoding=DecodingConfig(n_branches=3), fit=VerifierConfig(epochs=3, restarts=1))
 pipe = Pipeline(model, tokenizer, config, model_name=folder)
-results = pipe.run(prompts, until, budget, batch_size=2)
-pipe.fit(results)
+results = pipe.run(prompts, RunSpec(config.decoding, until, budget, max_rows=2 * 3))
+pipe.fit(results, extract="number")
 print(json.dumps({
     "token_ids": [[b.token_ids for b in r.branches] for r in results],
     "features": [r.features.tolist() for r in results],
     "scores": [r.scores("lover").tolist() for r in results],
-    "picks": {s: pipe.select(results, s) for s in ("greedy", "majority", "cot_sum", "lover_max", "lover_sum")},
+    "picks": {s: pipe.select(results, s, extract="number") for s in ("greedy", "majority", "cot_sum", "lover_max", "lover_sum")},
     "lm_eval_imported": any(m.split(".")[0] == "lm_eval" for m in sys.modules if sys.modules[m] is not None),
 }))
 """
@@ -46,8 +47,9 @@ print(json.dumps({
 
 def test_core_pipeline_without_lm_eval_matches_lover_hf(tiny_model_dir):
     lm = LoverLM(pretrained=str(tiny_model_dir), **MODEL_ARGS)
-    prompts, until, budget = lm.prompts(CONTEXTS, GEN_KWARGS)
-    done = subprocess.run([sys.executable, "-c", CORE_ONLY, json.dumps([str(tiny_model_dir), prompts, until, budget])],
+    prompts, spec = lm.prompts(CONTEXTS, GEN_KWARGS)
+    done = subprocess.run([sys.executable, "-c", CORE_ONLY,
+                           json.dumps([str(tiny_model_dir), prompts, spec.until, spec.max_gen_toks])],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     core = json.loads(done.stdout.strip().splitlines()[-1])
@@ -80,7 +82,7 @@ def test_continuous_batching_changes_no_result_only_when_they_come(tiny_model_di
         prompts = lm.prompts(JOIN_CONTEXTS, GEN_KWARGS)[0]
         firsts = [set(lm.model(torch.tensor([p])).logits[0, -1].topk(3).indices.tolist()) for p in prompts]
         assert not firsts[0] & (firsts[1] | firsts[2]), "the test needs question 0's first tokens to end it alone"
-        lm.pipeline.eos_ids = lambda eos=firsts[0]: eos
+        lm.pipeline.engine.eos_ids = firsts[0]
         heard, shapes[continuous] = [], []
         # Decoding's forwards only: a prefill keeps one logit per row; a step feeds one token per row.
         hook = lm.model.register_forward_hook(lambda module, args, kwargs, out, seen=shapes[continuous]: seen.append(

@@ -68,7 +68,7 @@ def test_retraining_from_the_bank_decodes_nothing_and_checkpoints_refuse_other_l
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded again although every question is in the bank")
 
-    monkeypatch.setattr("lover_lmeval.core.pipeline.iter_branches", no_decoding)
+    monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_decoding)
     again, _ = _train(tmp_path, monkeypatch, tiny_model_dir, "again", bank=bank, losses="nega+inter")
     assert json.loads(again.with_suffix(".json").read_text())["losses"] == "nega+inter"
     # A bank still growing: --banked_only trains on the 4 banked of the first 6 questions, decoding none.

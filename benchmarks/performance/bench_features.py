@@ -61,11 +61,11 @@ def main() -> int:
     lm = LoverLM(gguf_file=model_path(args), dtype=args.dtype, bank=args.bank, bank_only=True, verifier=None,
                  feature_cache="none")
     task = TaskManager().load([args.task])["tasks"][args.task]
-    prompts, until, budget = lm.prompts(task_contexts(task, lm, task_docs(task, args.split, args.docs)),
-                                        dict(task.config.generation_kwargs))
+    prompts, spec = lm.prompts(task_contexts(task, lm, task_docs(task, args.split, args.docs)),
+                               dict(task.config.generation_kwargs))
     pipeline = lm.pipeline
     layers = [check_layer(int(x), lm.model.config.num_hidden_layers) for x in args.layers.split(",")]
-    keys = pipeline.record_keys(prompts, until, budget)
+    keys = pipeline.record_keys(prompts, spec)
     for run in (one_padded_pass, features_from_tokens):  # warm-up, untimed
         run(lm.model, prompts[0], pipeline.bank.get(keys[0]), pipeline.template_ids, layers)
     seconds, diffs, tokens = {"one padded pass": 0.0, "length buckets": 0.0}, [], []

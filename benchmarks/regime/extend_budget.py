@@ -64,10 +64,12 @@ def main() -> int:
     task = TaskManager().load([args.task])["tasks"][args.task]
     contexts = task_contexts(task, lm, task_docs(task, args.split, args.docs))
     gen_kwargs = dict(task.config.generation_kwargs)
-    prompts, until, _ = lm.prompts(contexts, {**gen_kwargs, "max_gen_toks": args.old})
-    assert prompts == lm.prompts(contexts, {**gen_kwargs, "max_gen_toks": args.new})[0], "prompts cut differently"
-    old_keys = pipeline.record_keys(prompts, until, args.old)
-    new_keys = pipeline.record_keys(prompts, until, args.new)
+    prompts, old_spec = lm.prompts(contexts, {**gen_kwargs, "max_gen_toks": args.old})
+    new_prompts, new_spec = lm.prompts(contexts, {**gen_kwargs, "max_gen_toks": args.new})
+    assert prompts == new_prompts, "prompts cut differently"
+    until = list(old_spec.until)
+    old_keys = pipeline.record_keys(prompts, old_spec)
+    new_keys = pipeline.record_keys(prompts, new_spec)
     old = [pipeline.bank.get(k) for k in old_keys]
     missing = [start + i for i, b in enumerate(old) if b is None]
     if missing:
@@ -122,7 +124,7 @@ def main() -> int:
     if args.verify:
         fresh = Pipeline(lm.model, tokenizer, dataclasses.replace(pipeline.config, bank=BankConfig()),
                          model_name=pipeline.identity["model"])  # the same model, no bank: everything decoded
-        check = fresh.run(prompts[: args.verify], until, args.new, batch_size=5)
+        check = fresh.run(prompts[: args.verify], dataclasses.replace(new_spec, max_rows=5 * new_spec.decoding.n_branches))
         pairs = [(a.token_ids, b.token_ids) for r, q in zip(check, new) for a, b in zip(r.branches, q)]
         summary["verify"] = {"questions": args.verify, "branches": len(pairs),
                              "token_identical": sum(a == b for a, b in pairs)}

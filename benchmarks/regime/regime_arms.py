@@ -84,9 +84,9 @@ def row(results, gold, verifier, baselines, extract_name: str, n_boot=10_000) ->
             "per_question_sum": "".join(str(int(c)) for c in correct["sum"])}
 
 
-def precision_check(lm, prompts, until, budget, test_results, gold, extract_name: str) -> dict | None:
+def precision_check(lm, prompts, spec, test_results, gold, extract_name: str) -> dict | None:
     """Greedy and majority of the fp32 records of the same prompts (keys without dtype), paired with these."""
-    fp32 = [lm.pipeline.bank.get(k) for k in lm.pipeline.record_keys(prompts, until, budget, dtype=torch.float32)]
+    fp32 = [lm.pipeline.bank.get(k) for k in lm.pipeline.record_keys(prompts, spec, dtype=torch.float32)]
     both = [i for i, b in enumerate(fp32) if b is not None]
     if not both:
         return None
@@ -148,9 +148,10 @@ def main() -> int:
     def load(split: str, span: str, pipeline: Pipeline, option: str):
         docs = task_docs(task, split, span, option)
         contexts = task_contexts(task, lm, docs)
-        prompts, until, budget = lm.prompts(contexts, gen_kwargs)
-        results = pipeline.run(prompts, until, budget, batch_size=5, lengths=[len(c) for c in contexts])
-        return results, [str(task.doc_to_target(d)).strip() for d in docs], (prompts, until, budget)
+        prompts, spec = lm.prompts(contexts, gen_kwargs)
+        spec = dataclasses.replace(spec, max_rows=5 * spec.decoding.n_branches)
+        results = pipeline.run(prompts, spec, lengths=[len(c) for c in contexts])
+        return results, [str(task.doc_to_target(d)).strip() for d in docs], (prompts, spec)
 
     began = time.perf_counter()
     test, gold, test_prompts = load("test", args.test_docs, lm.pipeline, "--test-docs")

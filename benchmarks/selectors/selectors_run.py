@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lover_lmeval.core.decode.engine import RunSpec
 from lover_lmeval.core.select.answers import get_extractor, span_confidence, stated_answer
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.select.selection import ORACLES, STRATEGIES, select
@@ -55,21 +56,24 @@ def run_set(name: str, limit: int | None, out_dir: Path) -> Path:
     questions = load_set(bank_set)[:limit]
     gguf, identity = model_source(bank_set.model)
     lm = LoverLM(gguf_file=gguf, dtype=bank_set.reading_dtype, bank=str(BANKS / bank_set.model / bank_set.bank),
-                 bank_only=True, extract=bank_set.extract, batch_size=1, decoding=bank_set.decoding)
+                 bank_only=True, bank_dtype=bank_set.dtype, extract=bank_set.extract, batch_size=1,
+                 decoding=bank_set.decoding)
     assert lm.pipeline.identity["model"] == identity, "bank keys would not match this model"
+    spec = RunSpec(lm.pipeline.config.decoding, UNTIL, bank_set.budget)
     began, results = time.perf_counter(), []
     for start in range(0, len(questions), CHUNK):
         chunk = questions[start: start + CHUNK]
-        results += lm.pipeline.featurise([q.prompt_ids for q in chunk], [q.key for q in chunk], UNTIL,
-                                         bank_set.budget)
+        prompts = [q.prompt_ids for q in chunk]
+        assert lm.pipeline.record_keys(prompts, spec) == [q.key for q in chunk], "the set's keys are not the bank's"
+        results += lm.pipeline.run(prompts, spec)
         rate = len(results) / (time.perf_counter() - began)
         print(f"{name}: {len(results)}/{len(questions)} questions read ({60 * rate:.1f} a minute)", flush=True)
-    lm.pipeline.fit(results, name)  # label-free, default config: the lover_* rows
+    lm.pipeline.fit(results, name, bank_set.extract)  # label-free, default config: the lover_* rows
     extract = get_extractor(bank_set.extract)
     strategies = [s for s in STRATEGIES if s not in ORACLES]  # every registered label-free selector
     report = {"set": name, "bank_set": {k: getattr(bank_set, k) for k in bank_set.__dataclass_fields__},
               "n": len(results), "seconds": round(time.perf_counter() - began, 1),
-              "fit": lm.pipeline.fits[name], "questions": []}
+              "fit": lm.pipeline.record.fits[name], "questions": []}
     for q, result in zip(questions, results):
         gold = q.gold.strip()
         # Only the oracle (pass@N, an upper bound) is handed the gold answer.

@@ -191,7 +191,6 @@ def compare(model_args: str, tasks: list[str], include_path: str, limit: int | N
     for task in tasks:
         extract_name, metric, gold_extract = checked[task]
         extract = get_extractor(extract_name)
-        pipeline.extract = extract_name  # the test-time fit groups answers as this task's filters do (one model, many tasks)
         evaluated = simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, task_manager=manager,
                                     gen_kwargs=gen_kwargs or None, apply_chat_template=apply_chat_template)
         table, results, gold, doc_ids = table_from_samples(evaluated["samples"][task], extract, metric, gold_extract)

@@ -46,8 +46,8 @@ def _decode(lm, task, docs: list, apply_chat_template: bool, gen_kwargs: dict, b
             raise ValueError(f"--banked_only: none of the {len(docs)} {what} questions is in the bank "
                              f"{lm.pipeline.bank.path}; decode some first (drop --banked_only).")
         log.info("--banked_only: %d of the %d %s questions are banked; using those", len(keep), len(docs), what)
-    lm.pipeline.token_stats = False  # training reads features only: no full-model pass for the selectors' statistics
-    return lm.run_contexts([contexts[i] for i in keep], gen_kwargs), keep
+    # training reads features only: no full-model pass for the selectors' statistics
+    return lm.run_contexts([contexts[i] for i in keep], gen_kwargs, stats=False), keep
 
 
 def _gold(task, docs: list, split: str, task_name: str) -> list[str]:
@@ -134,8 +134,8 @@ def train(model_args: str, task_name: str, split: str, limit: int | None, out: s
     if config.orient != "none" and not supervised and not n_dev:  # dev labels already chose the sign
         correlation = orient_fit(result.verifier, config.orient, results, extract, features, mask, answers)
         orientation = {"by": config.orient, "correlation": correlation, "flipped": correlation < 0}
-    decoding = lm.pipeline.config.decoding
-    metadata = {**lm.pipeline.identity, "decoding": {**vars(decoding)}, "n_branches": decoding.n_branches,
+    decoding = lm.pipeline.record.decodings[-1]  # as the generation kwargs resolved model_args'
+    metadata = {**lm.pipeline.identity, "decoding": decoding, "n_branches": decoding["n_branches"],
                 "losses": "supervised" if supervised else losses, "task": task_name, "split": split,
                 "n_questions": len(dev_docs) if supervised and n_dev else len(docs),
                 "question_indices": keep if banked_only else None, "seed": seed,

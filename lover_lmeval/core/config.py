@@ -67,6 +67,8 @@ MODEL_ARGS = {
     "supervised_verifier": ("selection", "supervised_verifier", _optional),
     "bank": ("bank", "path", _optional),
     "bank_only": ("bank", "bank_only", _flag),
+    "bank_dtype": ("bank", "key_dtype", _optional),
+    "bank_engine": ("bank", "key_engine", _optional),
     "feature_cache": ("bank", "feature_cache", _feature_cache),
 }
 
@@ -84,7 +86,7 @@ class LoverConfig:
     selection: SelectionConfig = field(default_factory=SelectionConfig)
     """Whose scores choose and how answers are grouped (verifier, supervised_verifier, extract)."""
     bank: BankConfig = field(default_factory=BankConfig)
-    """Where decoded branches and features are kept (bank, bank_only, feature_cache)."""
+    """Where decoded branches and features are kept (bank, bank_only, bank_dtype, bank_engine, feature_cache)."""
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     """How questions share the decoding batch (continuous_batching, max_rows, sync_every, static_cache,
     compile_step)."""

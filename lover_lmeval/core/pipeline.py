@@ -5,9 +5,14 @@
 with no lm-eval installed:
 
     pipe = Pipeline(model, tokenizer, LoverConfig())
-    results = pipe.run([tokenizer.encode(q) for q in questions], until=["Question:"], max_gen_toks=256)
-    pipe.fit(results)                      # label-free test-time fit, scores stored on the results
-    answers = pipe.select(results, "lover_sum")
+    spec = RunSpec(pipe.config.decoding, until=["Question:"], max_gen_toks=256)
+    results = pipe.run([tokenizer.encode(q) for q in questions], spec)
+    pipe.fit(results, extract="number")    # label-free test-time fit, scores stored on the results
+    answers = pipe.select(results, "lover_sum", extract="number")
+
+Branches come from an engine (decode/engine.py: the HF model by default, a bank in front of it with bank=); the
+pipeline never looks behind it. What a run did (each task's fit, the decodings its requests asked for) is kept in
+`record`, which `provenance()` reads.
 
 Dimensions: N branches, L feature layers, D hidden size.
 """
@@ -16,17 +21,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
 
 from .. import __version__
 from .select.answers import get_extractor
-from .store.bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, NotInBank, record_key, record_settings
+from .store.bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, record_key, record_settings
+from .store.banked import BankedEngine
 from .verify.checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
 from .config import LoverConfig
-from .decode.decoding import DecodingConfig, iter_branches
+from .decode.decoding import DecodingConfig
+from .decode.engine import Decoded, Engine, HFEngine, RunSpec, eos_ids
 from .decode.static import check_static
 from .decode.features import assertion_features, features_from_tokens, stats_from_tokens
 from .loading import cache_dir, model_identity
@@ -38,12 +45,29 @@ from .decode.token_stats import decode_stats, encode_stats
 log = logging.getLogger("lm_eval.lover_hf")  # under lm-eval's logger, so its CLI shows our messages
 
 
+@dataclass
+class RunRecord:
+    """What a run did, for its results file (`Pipeline.provenance`)."""
+
+    fits: dict[str, dict] = field(default_factory=dict)
+    """task -> what its test-time fit saw and made."""
+    decodings: list[dict] = field(default_factory=list)
+    """Every decoding the run's requests asked for (lm-eval's generation kwargs can adapt model_args')."""
+
+    def decoded_with(self, decoding: DecodingConfig) -> None:
+        if asdict(decoding) not in self.decodings:
+            self.decodings.append(asdict(decoding))
+
+
 class Pipeline:
-    def __init__(self, model, tokenizer, config: LoverConfig | None = None, model_name: str | None = None):
+    def __init__(self, model, tokenizer, config: LoverConfig | None = None, model_name: str | None = None,
+                 engine: Engine | None = None):
+        """`engine` decodes (default: `HFEngine` on this model, with the config's batching); with a bank in the
+        config, the bank is read first and written as questions complete. `model` computes the features either way."""
         self.model, self.tokenizer = model, tokenizer
         self.config = config or LoverConfig()
         self.layers = self.config.features.layers(model.config.num_hidden_layers)  # [layer, *extra_layers]
-        if self.config.batching.static_cache:  # a model whose cache static rows cannot hold: said before decoding
+        if self.config.batching.static_cache and engine is None:  # a cache static rows cannot hold: said now
             check_static(model, self.config.decoding.mode)
         self.template_ids = [tokenizer.encode(t, add_special_tokens=False) for t in self.config.features.templates]
         self.identity = {  # what a checkpoint's features were taken from (checked when one is loaded)
@@ -58,15 +82,13 @@ class Pipeline:
         if self.bank is not None and bank.feature_cache is not None:
             where = cache_dir() / "features" if bank.feature_cache == DEFAULT_FEATURE_CACHE else bank.feature_cache
             self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
+        decoder = engine or HFEngine(model, tokenizer, self.config.batching)
+        self.engine: Engine = decoder if self.bank is None else BankedEngine(
+            self.bank, None if bank.bank_only else decoder, self.record_keys, decoder.name)
         # Features are kept as computed: in a half-precision model's own dtype, otherwise float32 (results.py).
         self.stored_dtype = model.dtype if model.dtype in STORED_DTYPES else torch.float32
+        self.record = RunRecord()
         self.verifiers, self.verifier_meta, self.verifier_ids = {}, {}, {}
-        self.fits: dict[str, dict] = {}  # task -> what its test-time fit saw and made (provenance in the results)
-        self.decodings_used: list[dict] = []  # every decoding the run's requests asked for (use_decoding)
-        self.base_decoding = self.config.decoding  # model_args' decoding, which requests may adapt (use_decoding)
-        # Banked branches decoded before token statistics existed get them (the selectors of selectors.py read them)
-        # at ~2x the cost of their features alone; a caller that selects nothing (`lover train`) turns this off.
-        self.token_stats = True
         for name, path in self.config.selection.checkpoints().items():
             try:
                 self.verifiers[name], meta = load_checkpoint(path, expect=self.identity)
@@ -84,95 +106,82 @@ class Pipeline:
     def layer(self) -> int:
         return self.layers[0]
 
-    @property
-    def extract(self) -> str:
-        """The extractor grouping answers for the test-time fit (`lover compare` sets it per task)."""
-        return self.config.selection.extract
-
-    @extract.setter
-    def extract(self, name: str) -> None:
-        get_extractor(name)
-        self.config.selection.extract = name
-
     def eos_ids(self) -> set[int]:
-        ids = {self.tokenizer.eos_token_id}
-        configured = getattr(self.model.generation_config, "eos_token_id", None)
-        ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
-        return ids
+        return eos_ids(self.model, self.tokenizer)
 
-    def record_keys(self, prompts: list[list[int]], until: list[str], max_gen_toks: int,
-                    dtype: torch.dtype | None = None) -> list[str]:
-        """Bank keys: everything that determines a question's branches; `dtype` (default: the model's) names the
-        precision whose records to look up."""
-        precision = str(dtype or self.model.dtype).removeprefix("torch.")
-        settings = record_settings(self.config.decoding, until, max_gen_toks, precision)
+    def record_keys(self, prompts: list[list[int]], spec: RunSpec, dtype: torch.dtype | None = None) -> list[str]:
+        """Bank keys: everything that determines a question's branches; `dtype` (default: model_args' bank_dtype, else
+        the model's) names the precision whose records to look up."""
+        precision = str(dtype or self.config.bank.key_dtype or self.model.dtype).removeprefix("torch.")
+        engine = self.config.bank.key_engine or self.engine.name
+        settings = record_settings(spec.decoding, spec.until, spec.max_gen_toks, precision, engine)
         return [record_key(self.identity["model"], p, settings) for p in prompts]
 
-    def banked(self, keys: list[str]) -> list[bool]:
-        return [self.bank is not None and k in self.bank for k in keys]
+    def banked(self, prompts: list[list[int]], spec: RunSpec) -> list[bool]:
+        """Whether each prompt's branches are in the bank (a lookup: it changes nothing)."""
+        if self.bank is None:
+            return [False] * len(prompts)
+        return [k in self.bank for k in self.record_keys(prompts, spec)]
 
-    def featurise(self, prompts: list[list[int]], keys: list[str], until: list[str], max_gen_toks: int,
-                  max_rows: int | None = None,
-                  on_result: Callable[[int, LoverResult], None] | None = None, stats: bool = True) -> list[LoverResult]:
-        """Decode (or take from the bank) and featurise prompts; score with loaded verifiers. Prompts to decode
-        share at most `max_rows` rows (default: all at once); `on_result(i, result)` comes as each is done.
+    def run(self, prompts: list[list[int]], spec: RunSpec, lengths: list[int] | None = None,
+            on_done: Callable[[list[int], list[LoverResult]], None] | None = None) -> list[LoverResult]:
+        """Results for prompts decoded as `spec` asks, in input order; `on_done(indices, results)` as each comes.
 
-        With `stats`, banked branches without token statistics (decoded before they existed; the selectors of
-        selectors.py need them) get them: from the feature cache, else computed in the pass that computes their
-        features (through every block instead of stopping at the feature layer), or in a pass of their own when the
-        features were cached; then kept in the feature cache. Every result's statistics are rounded to float16 as
-        the bank stores them, so a question selects the same whether decoded now or read back from a bank."""
-        branches = [self.bank.get(k) if self.bank is not None else None for k in keys]
-        features = [self.feature_cache.get(k, self.layers, self.template_ids)
-                    if self.feature_cache is not None and b is not None else None for k, b in zip(keys, branches)]
-        todo = [i for i, b in enumerate(branches) if b is None]
-        if todo and self.config.bank.bank_only:
-            raise NotInBank(f"{len(todo)} of {len(prompts)} questions are not in the bank {self.bank.path} "
-                            f"({len(self.bank)} records) and bank_only=true forbids decoding them; check the bank "
-                            "path, task, limit and generation settings, or drop bank_only to decode them.")
+        Longest first (by `lengths`, default the token count), so a batch's rows end at similar steps. Each question
+        is banked, featurised and scored as soon as its own branches are done (a kill loses only the questions still
+        decoding), its KV caches then freed."""
+        self.record.decoded_with(spec.decoding)
+        keys = self.record_keys(prompts, spec)
+        if self.bank is not None:
+            banked = sum(k in self.bank for k in keys)
+            log.info("lover_hf: %d of %d questions read from the bank %s, %d to decode", banked, len(prompts),
+                     self.bank.path, len(prompts) - banked)
+        lengths = lengths if lengths is not None else [len(p) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
         results: list[LoverResult | None] = [None] * len(prompts)
-
-        def finish(i: int, q_branches, q_features, computed: bool) -> None:
-            lacking = stats and any(b.stats is None for b in q_branches)
-            found = self.feature_cache.get_stats(keys[i]) if lacking and self.feature_cache is not None else None
-            lacking = lacking and found is None
-            if q_features is None:  # from the bank: no KV cache, one prefill per question
-                q_features = features_from_tokens(self.model, prompts[i], q_branches, self.template_ids, self.layers,
-                                                  stats=lacking)
-                q_features, found = q_features if lacking else (q_features, found)
-            elif lacking:  # features cached, statistics not: the whole model over the branches' tokens
-                found = stats_from_tokens(self.model, prompts[i], q_branches)
-            if self.feature_cache is not None and computed:
-                self.feature_cache.put(keys[i], self.layers, self.template_ids, q_features)
-            if self.feature_cache is not None and lacking:
-                self.feature_cache.put_stats(keys[i], found)
-            if found is not None:
-                q_branches = [b if b.stats is not None else replace(b, stats=s) for b, s in zip(q_branches, found)]
-            q_branches = [b if b.stats is None else replace(b, stats=decode_stats(encode_stats(b.stats)))
-                          for b in q_branches]
-            results[i] = self._result(prompts[i], q_branches, q_features)
-            if on_result is not None:
-                on_result(i, results[i])
-
-        if todo:
-            pad_id = self.tokenizer.pad_token_id
-            pad_id = pad_id if pad_id is not None else self.tokenizer.eos_token_id
-            # Each question as soon as its own branches are done: banked (a kill loses only the questions still
-            # decoding), featurised from its KV caches, which are then freed.
-            for q, q_branches, q_caches in iter_branches(self.model, self.tokenizer, [prompts[i] for i in todo],
-                                                         self.config.decoding, max_gen_toks, until, self.eos_ids(),
-                                                         pad_id, max_rows, self.config.batching.sync_every,
-                                                         self.config.batching.static_cache,
-                                                         self.config.batching.compile_step):
-                if self.bank is not None:
-                    self.bank.add(keys[todo[q]], q_branches, prompt_ids=prompts[todo[q]])
-                q_features = assertion_features(self.model, q_branches, q_caches, self.template_ids, self.layers)
-                del q_caches  # freed before the next question's branches end, not after
-                finish(todo[q], q_branches, q_features, computed=True)
-        for i, q_branches in enumerate(branches):  # the banked ones: the decoded ones were finished as they came
-            if q_branches is not None:
-                finish(i, q_branches, features[i], computed=features[i] is None)
+        for decoded in self.engine.decode([prompts[i] for i in order], spec):
+            i = order[decoded.q]
+            results[i] = self._complete(prompts[i], keys[i], decoded, spec.stats)
+            del decoded  # its KV caches: freed before the next question's branches end, not after
+            if on_done is not None:
+                on_done([i], [results[i]])
         return results
+
+    def _complete(self, prompt: list[int], key: str, decoded: Decoded, stats: bool) -> LoverResult:
+        """One question's result: its features (on top of its KV caches, else from the feature cache or one pass over
+        its tokens), and what its branches lack: margins (an engine that decodes tokens only) and, with `stats`, token
+        statistics (the feature cache's, else computed in that pass: through every block instead of stopping at the
+        feature layer, or in a pass of their own when the features were cached). A question decoded now is banked
+        once its branches are complete. Every result's statistics are rounded to float16 as the bank stores them, so
+        a question selects the same whether decoded now or read back."""
+        branches, cache = decoded.branches, self.feature_cache
+        if decoded.fresh and self.bank is not None and decoded.caches is not None:  # complete as decoded: bank now
+            self.bank.add(key, branches, prompt_ids=prompt)
+        margins = any(len(b.margins) != len(b.token_ids) for b in branches)
+        lacking = margins or (stats and any(b.stats is None for b in branches))
+        found = cache.get_stats(key) if lacking and cache is not None and not decoded.fresh else None
+        lacking = lacking and found is None
+        features = None if decoded.caches is not None or cache is None else cache.get(key, self.layers,
+                                                                                       self.template_ids)
+        computed = features is None
+        if decoded.caches is not None:
+            features = assertion_features(self.model, branches, decoded.caches, self.template_ids, self.layers)
+        elif features is None:  # no KV cache at hand: one prefill, then the branches' tokens
+            features = features_from_tokens(self.model, prompt, branches, self.template_ids, self.layers,
+                                            stats=lacking, margins=margins)
+            features, found = features if lacking else (features, found)
+        elif lacking:  # features cached, statistics not: the whole model over the branches' tokens
+            found = stats_from_tokens(self.model, prompt, branches, margins=margins)
+        if found is not None:
+            branches = [_filled(b, s) for b, s in zip(branches, found)]
+        if decoded.fresh and self.bank is not None and decoded.caches is None:  # completed by the pass: bank now
+            self.bank.add(key, branches, prompt_ids=prompt)
+        if cache is not None and computed:
+            cache.put(key, self.layers, self.template_ids, features)
+        if cache is not None and lacking and not decoded.fresh:
+            cache.put_stats(key, found)
+        branches = [b if b.stats is None else replace(b, stats=decode_stats(encode_stats(b.stats))) for b in branches]
+        return self._result(prompt, branches, features)
 
     def _result(self, prompt: list[int], q_branches, q_features: torch.Tensor) -> LoverResult:
         """One question's result from its branches and (N, 2, L, D) features; loaded verifiers score it."""
@@ -184,94 +193,67 @@ class Pipeline:
         return LoverResult(q_branches, at_layer.to(self.stored_dtype), probs, self.layer, prompt, more,
                            scored_by={name: self.verifier_ids[name] for name in probs})
 
-    def run(self, prompts: list[list[int]], until: list[str], max_gen_toks: int, batch_size: int = 1,
-            lengths: list[int] | None = None,
-            on_done: Callable[[list[int], list[LoverResult]], None] | None = None) -> list[LoverResult]:
-        """Results for prompts sharing stop strings and budget, in input order.
-
-        Longest first (by `lengths`, default the token count). Prompts to decode share `batch_size` x N rows
-        (`BatchingConfig.max_rows`): with continuous batching, the next question takes the rows of one that ended;
-        without, they go in batches of as many questions as the rows hold. Banked and unbanked prompts are handled
-        apart, so a decoding batch holds only prompts that need decoding. `on_done(indices, results)` is called as
-        results come."""
-        keys = self.record_keys(prompts, until, max_gen_toks)
-        banked = self.banked(keys)
-        if self.bank is not None:
-            log.info("lover_hf: %d of %d questions read from the bank %s, %d to decode", sum(banked), len(prompts),
-                     self.bank.path, len(prompts) - sum(banked))
-        lengths = lengths if lengths is not None else [len(p) for p in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
-        batching = self.config.batching
-        max_rows = batching.rows(batch_size, self.config.decoding.n_branches)
-        to_decode = [i for i in order if not banked[i]]
-        # Continuous: every prompt in one call, joining as rows free up; otherwise as many questions as the rows hold.
-        per_call = (len(to_decode) or 1) if batching.continuous else max_rows // self.config.decoding.n_branches
-        chunks = [[i for i in order if banked[i]]] + [to_decode[start: start + per_call]
-                                                      for start in range(0, len(to_decode), per_call)]
-        results: list[LoverResult | None] = [None] * len(prompts)
-        for chunk in filter(None, chunks):
-            def done(k: int, result: LoverResult, chunk=chunk) -> None:
-                results[chunk[k]] = result
-                if on_done is not None:
-                    on_done([chunk[k]], [result])
-
-            self.featurise([prompts[i] for i in chunk], [keys[i] for i in chunk], until, max_gen_toks, max_rows,
-                           done, stats=self.token_stats)
-        return results
-
-    def finish_task(self, results: list[LoverResult], task: str | None = None) -> None:
+    def finish_task(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
         """After a task's questions are decoded: report unparsable branches; fit at test time if configured. One
-        fit per task: the inter-group constraint compares answers to the same kind of question, and a run of
-        several tasks must score each exactly as a run of that task alone would."""
-        unparsed, without = unparsed_counts(results, self.extract)
+        fit per task, grouping answers with the task's own extractor (`extract`, default model_args'): the
+        inter-group constraint compares answers to the same kind of question, and a run of several tasks must score
+        each exactly as a run of that task alone would."""
+        extract = extract or self.config.selection.extract
+        unparsed, without = unparsed_counts(results, extract)
         if unparsed:
             total = sum(len(r.branches) for r in results)
             log.warning("%s: %d of %d branches (%.0f%%) gave no answer the %r extractor can parse; %d of %d "
                         "questions have none in any branch (every selector scores them wrong)", task or "this run",
-                        unparsed, total, 100 * unparsed / total, self.extract, without, len(results))
+                        unparsed, total, 100 * unparsed / total, extract, without, len(results))
         if self.config.selection.fit_at_test_time and self.config.decoding.n_branches == 1:
-            self.skip_fit(results, task)
+            self.skip_fit(results, task, extract)
         elif self.config.selection.fit_at_test_time:
-            self.fit(results, task)
+            self.fit(results, task, extract)
 
-    def skip_fit(self, results: list[LoverResult], task: str | None = None) -> None:
+    def skip_fit(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
         """With one branch a question there is nothing to choose among and no group to contrast: no fit. Every
         branch gets the neutral score 0.5, so the lover_* rows report that branch's answer (greedy's) instead of
         failing, and the provenance says why."""
+        extract = extract or self.config.selection.extract
         name, why = task or "this run", "no fit: n_branches=1 leaves one branch per question, nothing to choose among"
-        self.fits[name] = {"questions": len(results), "extract": self.extract, "skipped": why}
+        self.record.fits[name] = {"questions": len(results), "extract": extract, "skipped": why}
         for result in results:
             result.verifier_probs["lover"] = np.full((len(result.branches), 2), 0.5, dtype=np.float32)
             result.scored_by["lover"] = why
-            result.fit_extract = self.extract
+            result.fit_extract = extract
 
-    def fit(self, results: list[LoverResult], task: str | None = None):
-        """Test-time fit: label-free on these results' own branches; stores the `lover` scores and warns when the
-        fit is degenerate. Returns the verifier."""
-        verifier = fit_on_results(results, extract=self.extract, config=self.config.fit, device=self.model.device)
+    def fit(self, results: list[LoverResult], task: str | None = None, extract: str | None = None):
+        """Test-time fit: label-free on these results' own branches, their answers grouped by `extract` (default
+        model_args'); stores the `lover` scores and warns when the fit is degenerate. Returns the verifier."""
+        extract = extract or self.config.selection.extract
+        verifier = fit_on_results(results, extract=extract, config=self.config.fit, device=self.model.device)
         digest, name = tensors_sha256(verifier.state_dict()), task or "this run"
-        self.fits[name] = {"questions": len(results), "extract": self.extract, "fit_config": asdict(self.config.fit),
-                           "verifier_tensors_sha256": digest}
+        self.record.fits[name] = {"questions": len(results), "extract": extract,
+                                  "fit_config": asdict(self.config.fit), "verifier_tensors_sha256": digest}
         for result in results:
             result.scored_by["lover"] = f"test-time fit on {len(results)} questions of {name} tensors_sha256:{digest}"
         warn_if_one_sided(results, task)
-        warn_if_constant_answer(results, task, self.extract)
+        warn_if_constant_answer(results, task, extract)
         return verifier
 
     def provenance(self) -> dict:
         """What made this run's scores, for the results file: plugin version, each task's fit, each checkpoint."""
-        used = self.decodings_used or [asdict(self.config.decoding)]
-        return {"plugin_version": __version__, "test_time_fits": self.fits, "checkpoints": self.verifier_ids,
-                "layer": self.layer, "decoding": used[0] if len(used) == 1 else used, "dtype": str(self.model.dtype)}
+        used = self.record.decodings or [asdict(self.config.decoding)]
+        return {"plugin_version": __version__, "test_time_fits": self.record.fits, "checkpoints": self.verifier_ids,
+                "layer": self.layer, "decoding": used[0] if len(used) == 1 else used, "dtype": str(self.model.dtype),
+                "engine": self.engine.name}
 
-    def use_decoding(self, decoding: DecodingConfig) -> None:
-        """Decode the next prompts with `decoding` (lm-eval's generation settings, harness/generation.py); every
-        decoding a run used is what its provenance records."""
-        self.config.decoding = decoding
-        if asdict(decoding) not in self.decodings_used:
-            self.decodings_used.append(asdict(decoding))
-
-    def select(self, results: list[LoverResult], strategy: str, verifier: str = "lover") -> list[str]:
+    def select(self, results: list[LoverResult], strategy: str, extract: str | None = None,
+               verifier: str = "lover") -> list[str]:
         """One answer per question by a selection strategy (selection.STRATEGIES; oracles need gold, not here)."""
-        extract = get_extractor(self.extract)
-        return [select(r, strategy, extract, verifier=verifier) for r in results]
+        extractor = get_extractor(extract or self.config.selection.extract)
+        return [select(r, strategy, extractor, verifier=verifier) for r in results]
+
+
+def _filled(branch, found: dict[str, list[float]]):
+    """`branch` with what a teacher-forced pass found (statistics, and "margin" when asked) where it had none."""
+    found = dict(found)
+    margins = found.pop("margin", None)
+    return replace(branch, stats=branch.stats if branch.stats is not None else found,
+                   margins=margins if margins is not None and len(branch.margins) != len(branch.token_ids)
+                   else branch.margins)

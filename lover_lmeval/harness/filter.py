@@ -49,8 +49,8 @@ class LoverSelect(Filter):
         if wrong:
             raise ValueError(
                 f"lover_hf fitted its test-time verifier with extract={wrong[0]}, but this task's lover_select "
-                f"filters extract {self.extract_name}: pass extract={self.extract_name} in --model_args, and run "
-                "tasks with different extractors in separate lm_eval calls (`lover compare` sets it per task).")
+                f"filters extract {self.extract_name}: pass extract={self.extract_name} in --model_args, or drop "
+                "extract from --model_args (each task's fit then groups answers as its own filters do).")
 
     def apply(self, resps, docs):
         self.check_fit_extractor(resps)
@@ -58,9 +58,9 @@ class LoverSelect(Filter):
                 for rs, doc in zip(resps, docs)]
 
 
-def _lover_select_arguments(frame_depth: int = 4) -> list[dict]:
-    """The keyword arguments of every lover_select filter of the tasks lm-eval is evaluating, found before any
-    request runs.
+def _lover_select_arguments(frame_depth: int = 4) -> list[tuple[str, dict]]:
+    """(task name, keyword arguments) of every lover_select filter of the tasks lm-eval is evaluating, found before
+    any request runs.
 
     lm-eval builds a task's filters as `partial(FilterClass, **kwargs)` and instantiates them only when applying
     them, after every request ran; so a bad filter argument would cost the whole decode and fit. The tasks are
@@ -76,31 +76,38 @@ def _lover_select_arguments(frame_depth: int = 4) -> list[dict]:
             tasks = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
             for task in tasks:
                 for ensemble in getattr(task, "_filters", None) or []:
-                    found += [step.keywords for step in getattr(ensemble, "filters", [])
+                    found += [(getattr(task, "task_name", None) or "", step.keywords)
+                              for step in getattr(ensemble, "filters", [])
                               if isinstance(step, partial) and step.func is LoverSelect]
         if found:
             break
     return found
 
 
-def check_filters_before_decoding(fit_extract: str | None, scored: set[str], adopt: bool = False) -> str | None:
+def check_filters_before_decoding(fit_extract: str | None, scored: set[str], adopt: bool = False) -> dict[str, str]:
     """Build each lover_select filter of the evaluated tasks once (its own checks: strategy, extractor) and check
     that each verifier a filter reads will have scores (`scored`: "lover" with verifier=fit or a checkpoint,
-    "supervised" with supervised_verifier=) and that those reading the test-time fit group answers with `fit_extract`,
-    the model's `extract` (None: no test-time fit). Raises ValueError naming the argument and the fix.
+    "supervised" with supervised_verifier=) and that those reading the test-time fit group answers as it will.
+    `fit_extract` is model_args' `extract` (None: no test-time fit). Raises ValueError naming the argument and the fix.
 
-    With `adopt` (the user did not set `extract`), filters that all read the fit with one other extractor make it
-    the fit's: returns that name (logged), else None. A user who runs `--tasks lover_bbh_boolean_expressions` means
-    its true/false answers; only a run whose tasks extract differently still needs separate calls."""
-    filters = [LoverSelect(**kwargs) for kwargs in _lover_select_arguments()]
-    wanted = {f.extract_name for f in filters if f.reads_fit}
-    adopted = None
-    if adopt and fit_extract is not None and len(wanted) == 1 and wanted != {fit_extract}:
-        (adopted,) = wanted
-        fit_extract = adopted
-        log.info("lover_hf: extract=%s, as the tasks' lover_select filters group answers (model_args set none)",
-                 adopted)
-    for select_filter in filters:
+    Returns each task's extractor for its fit: with `adopt` (the user did not set `extract`) the one its own filters
+    that read the fit use (a run of `lover_bbh`, whose subsets extract true/false, yes/no and numbers, fits each subset
+    with its own), else `fit_extract` for every task, which a filter extracting otherwise contradicts."""
+    found = [(task, LoverSelect(**kwargs)) for task, kwargs in _lover_select_arguments()]
+    wanted: dict[str, set[str]] = {}
+    for task, select_filter in found:
+        if select_filter.reads_fit:
+            wanted.setdefault(task, set()).add(select_filter.extract_name)
+    extracts = {}
+    for task, names in wanted.items() if fit_extract is not None else ():
+        if len(names) > 1:
+            raise ValueError(f"task {task}'s lover_select filters read the test-time fit with different extractors "
+                             f"({', '.join(sorted(names))}); one fit groups answers one way: give them one extract.")
+        (extracts[task],) = names if adopt else (fit_extract,)
+        if adopt and extracts[task] != fit_extract:
+            log.info("lover_hf: task %s: extract=%s, as its lover_select filters group answers (model_args set none)",
+                     task or "?", extracts[task])
+    for task, select_filter in found:
         if select_filter.strategy in ORACLES and select_filter.gold is None:
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}, an oracle) names no "
                              "`gold: FIELD`, the doc field holding the answer; add e.g. `gold: answer` to it.")
@@ -109,9 +116,9 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str], ado
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}) reads the scores of "
                              f"verifier {select_filter.verifier!r}, which this run does not compute: pass {arg} in "
                              "--model_args, or run tasks without lover_* rows.")
-        if fit_extract is not None and select_filter.reads_fit and select_filter.extract_name != fit_extract:
+        if task in extracts and select_filter.reads_fit and select_filter.extract_name != extracts[task]:
             raise ValueError(
-                f"lover_hf fits its test-time verifier with extract={fit_extract}, but a task's lover_select filter "
+                f"lover_hf fits its test-time verifier with extract={extracts[task]}, but a task's lover_select filter "
                 f"extracts {select_filter.extract_name}: pass extract={select_filter.extract_name} in --model_args, "
-                "and run tasks with different extractors in separate lm_eval calls (`lover compare` sets it per task).")
-    return adopted
+                "or drop extract from --model_args (each task's fit then groups answers as its own filters do).")
+    return extracts

@@ -8,6 +8,7 @@ prompts and back (in the spirit of lm-eval's own `models/hf_steered.py`).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import torch
 from lm_eval.models.huggingface import HFLM
@@ -15,6 +16,7 @@ from lm_eval.models.utils import handle_stop_sequences
 from tqdm import tqdm
 
 from ..core import loading
+from ..core.decode.engine import RunSpec
 from ..core.pipeline import Pipeline, log
 from ..core.results import LoverResult
 from .batch_size import questions_per_batch
@@ -77,13 +79,11 @@ class LoverLM(HFLM):
             ids = ids[-max_ctx_len:]
         return ids
 
-    def prompts(self, contexts: list[str], gen_kwargs: dict) -> tuple[list[list[int]], list[str], int]:
-        """Prompt ids, stop strings and token budget of contexts sharing generation kwargs (as HFLM reads them).
-        Also makes the pipeline decode as the kwargs ask (harness/generation.py), so keys and branches follow them."""
-        decoding, kwargs = resolve_decoding(self.pipeline.base_decoding, self.explicit, gen_kwargs,
+    def prompts(self, contexts: list[str], gen_kwargs: dict) -> tuple[list[list[int]], RunSpec]:
+        """Prompt ids of contexts sharing generation kwargs, and the `RunSpec` those kwargs ask for (stop strings and
+        budget as HFLM reads them, the decoding as harness/generation.py resolves it). A lookup: changes nothing."""
+        decoding, kwargs = resolve_decoding(self.pipeline.config.decoding, self.explicit, gen_kwargs,
                                             self.max_gen_toks)
-        self.pipeline.use_decoding(decoding)
-        warn_once_if_greedy_row_is_drawn(decoding, self._logged)
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
         max_gen_toks = int(kwargs.pop("max_gen_toks"))
@@ -91,36 +91,41 @@ class LoverLM(HFLM):
         if max_ctx_len <= 0:
             raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for the prompt in this model's "
                              f"context window of {self.max_length} tokens; lower max_gen_toks.")
-        return [self._prompt_ids(c, max_ctx_len) for c in contexts], until, max_gen_toks
+        return [self._prompt_ids(c, max_ctx_len) for c in contexts], RunSpec(decoding, until, max_gen_toks)
 
     def in_bank(self, contexts: list[str], gen_kwargs: dict) -> list[bool]:
         """Whether each context's branches are already in the bank (decoding would skip it)."""
         if self.pipeline.bank is None:  # nothing to look up: skip tokenizing every prompt
             return [False] * len(contexts)
-        return self.pipeline.banked(self.pipeline.record_keys(*self.prompts(contexts, gen_kwargs)))
+        return self.pipeline.banked(*self.prompts(contexts, gen_kwargs))
 
-    def run_contexts(self, contexts: list[str], gen_kwargs: dict, on_done=None) -> list[LoverResult]:
-        """The pipeline's results for contexts sharing generation kwargs, longest context first (as HFLM)."""
-        prompts, until, max_gen_toks = self.prompts(contexts, gen_kwargs)
-        batch_size = questions_per_batch(self, max(map(len, prompts)), max_gen_toks)
-        return self.pipeline.run(prompts, until, max_gen_toks, batch_size, [len(c) for c in contexts], on_done)
+    def run_contexts(self, contexts: list[str], gen_kwargs: dict, on_done=None, stats: bool = True
+                     ) -> list[LoverResult]:
+        """The pipeline's results for contexts sharing generation kwargs, longest context first (as HFLM); `stats`:
+        whether the selectors' token statistics are needed (RunSpec.stats)."""
+        prompts, spec = self.prompts(contexts, gen_kwargs)
+        warn_once_if_greedy_row_is_drawn(spec.decoding, self._logged)
+        batch_size = questions_per_batch(self, max(map(len, prompts)), spec.max_gen_toks)
+        rows = self.pipeline.config.batching.rows(batch_size, spec.decoding.n_branches)
+        return self.pipeline.run(prompts, replace(spec, max_rows=rows, stats=stats), [len(c) for c in contexts],
+                                 on_done)
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
-        fitting = self.pipeline.config.selection.fit_at_test_time
+        config = self.pipeline.config
+        fitting = config.selection.fit_at_test_time
         scored = set(self.pipeline.verifiers) | ({"lover"} if fitting else set())
         with usage_errors():  # a filter or request lover_hf cannot serve: one line on the CLI, before any decoding
-            extract = check_filters_before_decoding(self.pipeline.extract if fitting else None, scored,
-                                                    adopt="extract" not in self.explicit)
-            check_requests(requests, self.pipeline.base_decoding, self.explicit, self.max_gen_toks)
-        self.pipeline.extract = extract or self.pipeline.extract
+            extracts = check_filters_before_decoding(config.selection.extract if fitting else None, scored,
+                                                     adopt="extract" not in self.explicit)
+            check_requests(requests, config.decoding, self.explicit, self.max_gen_toks)
         warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, self.pipeline.verifier_meta)
         groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
         for index, request in enumerate(requests):
             groups[repr(sorted(request.args[1].items()))].append(index)
         results: list[LoverResult | None] = [None] * len(requests)
-        log.info(HEADLINE, self.rank, self.world_size, len(requests), self.pipeline.config.decoding.n_branches)
+        log.info(HEADLINE, self.rank, self.world_size, len(requests), config.decoding.n_branches)
         bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
-                   desc=f"lover_hf: {self.pipeline.config.decoding.n_branches} branches per question")
+                   desc=f"lover_hf: {config.decoding.n_branches} branches per question")
         for indices in groups.values():
             def done(chunk, chunk_results, indices=indices):
                 for k, result in zip(chunk, chunk_results):
@@ -129,7 +134,7 @@ class LoverLM(HFLM):
 
             self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
         bar.close()
-        fit_every_task(self.pipeline, requests, results, self.world_size)  # one fit per task, across ranks
+        fit_every_task(self.pipeline, requests, results, self.world_size, extracts)  # one fit per task, across ranks
         return results
 
     def set_cache_hook(self, cache_hook) -> None:

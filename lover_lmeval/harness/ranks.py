@@ -45,8 +45,10 @@ def _exchange(local: dict, world_size: int) -> list[dict]:
     return gathered
 
 
-def fit_every_task(pipeline: Pipeline, requests, results, world_size: int) -> None:
-    """Report and fit each task on all its questions across ranks; store the scores on this rank's `results`."""
+def fit_every_task(pipeline: Pipeline, requests, results, world_size: int, extracts: dict[str, str] | None = None
+                   ) -> None:
+    """Report and fit each task on all its questions across ranks, grouping its answers with `extracts[task]` (default
+    model_args' extract); store the scores on this rank's `results`."""
     keys = _keys(requests)
     local: dict[str, dict[Key, LoverResult]] = defaultdict(dict)
     for (task, key, is_copy), result in zip(keys, results):
@@ -61,7 +63,7 @@ def fit_every_task(pipeline: Pipeline, requests, results, world_size: int) -> No
                 merged[task].setdefault(key, result)
     for task in sorted(merged):
         ordered = sorted(merged[task])
-        pipeline.finish_task([merged[task][k] for k in ordered], task or None)
+        pipeline.finish_task([merged[task][k] for k in ordered], task or None, (extracts or {}).get(task))
     if not fitting:
         return
     for (task, key, _), result in zip(keys, results):  # this rank's results, padding copies included

@@ -1,10 +1,14 @@
 """Decode: N branches per question and what they carry.
 
-- decoding.py     CoT-decoding / sampling (beam search in beam.py), the prompt prefilled once and its KV cache shared
-                  by the branches, questions joining the running batch as others end (continuous batching), new
-                  tokens reaching the host a block of steps at a time;
-- static.py       the same on fixed rows of a preallocated cache (no step changes a shape: a CUDA graph can capture it);
-- rows.py         what both loops share: a branch being decoded, the prefill, the packed per-step transfer;
+- engine.py       what the pipeline calls: `Engine.decode(prompts, RunSpec)` hands each question's branches over whole;
+                  `HFEngine` decodes with the transformers model (a bank in front: store/banked.py; vLLM: lover_vllm);
+- scheduler.py    the one decoding loop: questions join free rows (continuous batching), steps run in blocks, new
+                  tokens reach the host once a block, each question handed over as its branches end;
+- decoding.py     the decoding and batching configs, and the default row store: a growing batch (any mode);
+- static.py       the other row store: fixed rows of a preallocated cache (no step changes a shape: a CUDA graph can
+                  capture it; `cot`);
+- rows.py         what both stores share: a branch being decoded, the prefill, the packed per-step transfer;
+- beam.py         `decoding=beam`: the N best beams of `generate`;
 - sampling.py     how a step's next tokens are chosen (greedy, or nucleus sampling seeded per question);
 - branch.py       a decoded solution (`Branch`): tokens, margins, per-token statistics, why it ended, where it is cut;
 - token_stats.py  the per-step statistics of the 2025 selectors, computed inside the decoding step;

@@ -1,31 +1,30 @@
-"""N-branch decoding: CoT-decoding (top-N first tokens, then greedy), sampling, or beam search (beam.py).
+"""N-branch decoding's settings (`DecodingConfig`, `BatchingConfig`) and its default row store (`GrowingRows`).
 
-Each question's prompt is prefilled once; its KV cache is then repeated for the N branches, which
-continue in one batch. A branch stops on its own (stop string, EOS or the token budget) and leaves the
-batch at once; its slice of the KV cache is kept so that the assertion features (features.py) can be
-computed on top of it without re-encoding question and solution. With a row budget (`max_rows`), the
-next questions join the running batch as soon as their N rows are free (continuous batching, kv.RowBatch).
-Each token comes with its margin and its token_stats, computed on the device from the step's logits; they reach the
-host with the tokens, one transfer per block of steps (`BatchingConfig.sync_every`).
+CoT-decoding (top-N first tokens, then greedy), sampling, or beam search (beam.py). Each question's prompt is prefilled
+once; its KV cache is then repeated for the N branches, which continue in one batch (scheduler.py runs the loop). A
+branch stops on its own (stop string, EOS or the token budget) and leaves the batch at once; its slice of the KV cache
+is kept so that the assertion features (features.py) can be computed on top of it without re-encoding question and
+solution. With a row budget (`max_rows`), the next questions join the running batch as soon as their N rows are free
+(continuous batching, kv.RowBatch). Each token comes with its margin and its token_stats, computed on the device from
+the step's logits; they reach the host with the tokens, one transfer per block of steps (`BatchingConfig.sync_every`).
 
 Dimensions: Q questions, N branches per question, A rows decoding, P padded prompt length, V vocabulary.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from .beam import iter_beam
-from . import rows as step_rows
 from .branch import Branch
-from .kv import BranchCache, RowBatch, input_device, with_cache
-from .rows import Finished, Row, pack, prefill
+from .kv import BranchCache, RowBatch, with_cache
+from .rows import Row, pack
 from .sampling import next_tokens
-from .static import check_static, iter_static
+from .scheduler import schedule
+from .static import StaticRows, check_static, static_columns
 
 #: The decoding modes, and what each one's branch 0 is: the `greedy` row scores it, a greedy decode with `cot` only.
 BRANCH_ZERO = {"cot": "the plain greedy decode", "sample": "one sampled path", "beam": "the top beam"}
@@ -64,7 +63,7 @@ class BatchingConfig:
     """How questions share the decoding batch. Not part of a bank record's key: it changes how fast branches come,
     not which. Each row attends to its own tokens only, so which rows share a step moves float rounding alone, as
     batching always has: token-identical in float32; in half precision that rounding can flip a near-tie and change
-    a branch (benchmarks/RESULTS.md: 76 of 100 bf16 branches identical)."""
+    a branch (benchmarks/runs/perf3_continuous_batching.md: 76 of 100 bf16 branches identical)."""
 
     continuous: bool = True
     """Refill a finished question's rows with the next question's branches (continuous batching). Off: batches of
@@ -77,9 +76,9 @@ class BatchingConfig:
     EOS and stop strings are checked. Every transfer waits for the device: on a GPU it drains the launch queue each
     step. A row that ends inside a block is decoded on to the block's end (no row passes its token budget) and cut
     where it ended: branches, margins, statistics and KV caches are the same for every value. Finished rows leave the
-    batch at block ends, so the cache is re-indexed up to K times less often: on this project's 2-core CPU 8 steps
-    decoded 8% faster than 1 (run 26); on a GPU not yet measured. Sampling transfers every step whatever the value:
-    a question's draws depend on which of its rows are still decoding."""
+    batch at block ends, so the cache is re-indexed up to K times less often (docs/usage.md gives the measured gains).
+    Sampling transfers every step whatever the value: a question's draws depend on which of its rows are still
+    decoding."""
     static_cache: bool = False
     """Decode on fixed rows (static.py): a preallocated KV cache of max_rows rows, whose shapes no step changes, so
     that a step can be captured as a CUDA graph; questions join in place. `cot` only, and models whose cache layers
@@ -87,7 +86,7 @@ class BatchingConfig:
     compile_step: bool = False
     """With `static_cache`: the step through `torch.compile`, on a GPU as a CUDA graph (mode "reduce-overhead"),
     replayed with one launch a step instead of hundreds of small kernels. The first steps compile (tens of seconds
-    to minutes); worth it for long runs only. Not yet measured on a GPU (issue GPU decode)."""
+    to minutes); worth it for long runs only."""
 
     def __post_init__(self):
         if self.max_rows is not None:
@@ -111,6 +110,55 @@ class BatchingConfig:
         return self.sync_every if mode == "cot" else 1
 
 
+class GrowingRows:
+    """The scheduler's default row store: the batch's KV cache grows one column a step (kv.RowBatch); finished rows
+    leave it and joining questions' rows are concatenated, so every step may change its shapes. Any decoding mode."""
+
+    def __init__(self, model, max_rows: int):
+        self.model, self.max_rows = model, max_rows
+        self.rows: list[Row] = []
+        self.batch: RowBatch | None = None
+        self.feed = self.positions = None  # (A,) on the device: the token each row feeds next, and its position
+
+    def room(self) -> int:
+        if self.rows and not self.batch.can_extend():
+            return 0
+        return self.max_rows - len(self.rows)
+
+    def admit(self, joining: RowBatch, new_rows: list[Row], first: torch.Tensor) -> None:
+        # Each new row next feeds its first token, at the position right after its prompt.
+        position = torch.tensor([row.prompt_length for row in new_rows], device=first.device)
+        if self.rows:
+            self.batch.extend(joining)  # copies: `joining`'s own cache must not outlive the admission
+            self.feed, self.positions = torch.cat([self.feed, first]), torch.cat([self.positions, position])
+        else:
+            self.batch, self.feed, self.positions = joining, first, position
+        self.rows += new_rows
+
+    def snapshot(self, index: int, length: int) -> BranchCache:
+        return self.batch.snapshot(index, self.rows[index].prompt_length, length)
+
+    def release(self, indices: list[int]) -> None:
+        ended = set(indices)
+        keep = [i for i in range(len(self.rows)) if i not in ended]
+        self.batch.select(keep)
+        index = torch.tensor(keep, dtype=torch.long, device=self.feed.device)
+        self.feed, self.positions = self.feed[index], self.positions[index]
+        self.rows = [self.rows[i] for i in keep]
+
+    def step(self, config: DecodingConfig, generators: dict) -> torch.Tensor:
+        out = self.model(input_ids=self.feed[:, None], attention_mask=self.batch.grow(),
+                         position_ids=self.positions[:, None], use_cache=True,
+                         **with_cache(self.model, self.batch.cache))  # (A, 1) each
+        logits = out.logits[:, -1].float()  # (A, V); a no-op for a float32 model
+        probs = logits.softmax(-1)
+        self.feed, self.positions = next_tokens(probs, self.rows, config, generators), self.positions + 1
+        return pack(self.feed, probs, logits)  # (A, 6)
+
+    def live_index(self) -> None:
+        return None
+
+
 def decode_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
                     stop: list[str], eos_ids: set[int], pad_id: int, max_rows: int | None = None,
                     sync_every: int = BatchingConfig.sync_every, static_cache: bool = False,
@@ -131,81 +179,27 @@ def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingCo
                   sync_every: int = BatchingConfig.sync_every, static_cache: bool = False,
                   compile_step: bool = False) -> Iterator[tuple[int, list[Branch], list[BranchCache]]]:
     """Decode N branches for each of Q prompts (lists of token ids); yield `(q, branches, caches)` for prompt q as
-    soon as its N branches are done (the bank writes it then, so a kill loses only the questions still decoding).
-
-    At most `max_rows` rows (default: all prompts at once) decode together. When a question's last branch ends, the
-    next prompts whose N rows fit are prefilled and join the running batch (continuous batching): rows never idle
-    until the slowest branch of a batch ends. Questions are admitted in order, all N branches at once.
-
-    Steps run in blocks of `sync_every` (BatchingConfig) with the tokens fed back on the device; each block's tokens,
-    margins and statistics reach the host in one transfer, where every row takes them one by one as a step-by-step
-    loop would (`Row.take_pending`): a row is cut where it ended, whatever it decoded after that in the block.
-    With `static_cache` (BatchingConfig), static.py's fixed rows decode instead, to the same branches."""
+    soon as its N branches are done: scheduler.schedule over growing rows, or static rows with `static_cache`
+    (BatchingConfig's fields, loose for the tests and benchmarks that call this directly), or `beam`'s generate.
+    At most `max_rows` rows (default: all prompts at once) decode together; a budget below one question's N rows
+    is refused before any decoding."""
     if config.mode == "beam":
         yield from iter_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id)
         return
     if not prompts:
         return
-    device, n = input_device(model), config.n_branches
-    max_rows = BatchingConfig(max_rows=max_rows).rows(len(prompts), n)  # a budget below one question's N rows is refused
-    sync = BatchingConfig(sync_every=sync_every).steps_between_syncs(config.mode)
-    if static_cache:
-        check_static(model, config.mode)
-        yield from iter_static(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id, max_rows, sync,
-                               compile_step)
-        return
-    queue, generators = deque(range(len(prompts))), {}
-    rows: list[Row] = []
-    batch: RowBatch | None = None
-    feed = positions = None  # (A,) on the device: the token each row feeds next, and its position
-    finished = Finished(n)
+    batching = BatchingConfig(max_rows=max_rows, sync_every=sync_every, static_cache=static_cache,
+                              compile_step=compile_step)
+    rows = batching.rows(len(prompts), config.n_branches)
+    store = row_store(model, prompts, config.mode, max_new_tokens, rows, batching)
+    yield from schedule(store, model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id,
+                        batching.steps_between_syncs(config.mode))
 
-    def has_room() -> bool:
-        return bool(queue) and len(rows) + n <= max_rows and (not rows or batch.can_extend())
 
-    while queue or rows:
-        admitted = []
-        while has_room() and len(rows) + (len(admitted) + 1) * n <= max_rows:
-            admitted.append(queue.popleft())
-        if admitted:
-            joining, new_rows, first = prefill(model, prompts, admitted, config, pad_id, generators)
-            # Each new row next feeds its first token, at the position right after its prompt.
-            position = torch.tensor([len(prompts[row.q]) for row in new_rows], device=device)
-            if rows:
-                batch.extend(joining)  # copies: `joining`'s own cache must not outlive this
-                del joining
-                feed, positions = torch.cat([feed, first]), torch.cat([positions, position])
-            else:
-                batch, feed, positions = joining, first, position
-            rows += new_rows
-        keep = []
-        for i, row in enumerate(rows):
-            reason = row.take_pending(tokenizer, stop, eos_ids, max_new_tokens)
-            if reason is None:
-                keep.append(i)
-                continue
-            question = finished.add(row, tokenizer, stop, reason,
-                                    lambda length, i=i, row=row: batch.snapshot(i, row.prompt_length, length))
-            if question is not None:
-                generators.pop(row.q, None)
-                yield question
-                del question  # its caches are the consumer's now: held here, they would outlive its features
-        if len(keep) < len(rows):
-            batch.select(keep)
-            index = torch.tensor(keep, dtype=torch.long, device=device)
-            feed, positions = feed[index], positions[index]
-            rows = [rows[i] for i in keep]
-        if not rows or has_room():
-            continue  # admit the next questions before the step, so no row idles through it
-        # A block of steps with no host transfer: tokens feed back on the device. No row passes its budget in it.
-        steps = min(sync, min(max_new_tokens - len(row.ids) for row in rows))
-        packed = []
-        for _ in range(steps):
-            out = model(input_ids=feed[:, None], attention_mask=batch.grow(), position_ids=positions[:, None],
-                        use_cache=True, **with_cache(model, batch.cache))  # (A, 1) each
-            logits = out.logits[:, -1].float()  # (A, V); a no-op for a float32 model
-            probs = logits.softmax(-1)
-            feed, positions = next_tokens(probs, rows, config, generators), positions + 1
-            packed.append(pack(feed, probs, logits))  # (A, 6)
-        for row, block in zip(rows, step_rows.to_host(torch.stack(packed, dim=1))):  # (A, steps, 6)
-            row.pending = block
+def row_store(model, prompts: list[list[int]], mode: str, max_new_tokens: int, rows: int, batching: BatchingConfig):
+    """The scheduler's rows for these prompts: static ones with `batching.static_cache` (refused, naming why, for a
+    mode or model they cannot decode), else growing ones."""
+    if not batching.static_cache:
+        return GrowingRows(model, rows)
+    check_static(model, mode)
+    return StaticRows(model, rows, static_columns(prompts, max_new_tokens), batching.compile_step)

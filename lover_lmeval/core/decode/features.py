@@ -214,14 +214,15 @@ def stats_from_tokens(model, prompt_ids: list[int], branches: list[Branch],
 
 @torch.inference_mode()
 def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], template_ids: list[list[int]],
-                         layer: int | list[int], stats: bool = False):
+                         layer: int | list[int], stats: bool = False, margins: bool = False):
     """Features of banked branches (no KV cache at hand): one prefill of the prompt, passes over the branches'
     tokens on top of it (branches of similar length share one, `length_buckets`), then the templates. Same
     values as `assertion_features`.
 
     With `stats`, returns (features, per-branch token statistics) from the same passes, run through every block
-    (`_branch_passes`); without, the features alone from passes that stop at the deepest feature layer."""
+    (`_branch_passes`; with `margins` each dict also holds "margin", as `stats_from_tokens`); without, the features
+    alone from passes that stop at the deepest feature layer."""
     upto = max([layer] if isinstance(layer, int) else layer)
-    caches, found = _branch_passes(model, prompt_ids, branches, upto, stats)
+    caches, found = _branch_passes(model, prompt_ids, branches, upto, stats, margins)
     features = assertion_features(model, branches, caches, template_ids, layer)
     return (features, found) if stats else features

@@ -20,17 +20,16 @@ Dimensions: R rows (slots), L cache columns, H kv heads, E head dim, V vocabular
 from __future__ import annotations
 
 import inspect
-from collections import deque
 from collections.abc import Iterator
 
 import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
-from . import rows as step_rows
 from .branch import Branch
 from .kv import BranchCache, RowBatch, input_device, with_cache
-from .rows import Finished, Row, pack, prefill
+from .rows import Row, pack
+from .scheduler import schedule
 
 
 #: what StaticLayer.lazy_initialization takes: the keys and values (transformers >= 5), or the keys alone (4.x)
@@ -40,10 +39,15 @@ _INIT_ARGS = 2 if "value_states" in inspect.signature(StaticLayer.lazy_initializ
 class StaticRows:
     """R slots x L columns of KV cache, one write column `c` shared by every slot, and per slot its mask row, the
     token it feeds next and that token's position (all on the device, updated in place: a captured step reads them
-    at fixed addresses)."""
+    at fixed addresses). A row store of scheduler.schedule: its live rows are its occupied slots, in slot order."""
 
     def __init__(self, model, slots: int, columns: int, compiled: bool = False):
         self.model, self.columns, self.c = model, columns, 0
+        self.free_slots = list(range(slots))
+        self.occupied: dict[int, Row] = {}  # slot -> the branch decoding there
+        self.rows: list[Row] = []
+        """The occupied slots' rows, in slot order (scheduler.RowStore)."""
+        self._slots: list[int] = []  # the slot of each of `rows`
         device = input_device(model)
         # Every step has the same shapes and reads its inputs and the cache at fixed addresses: compiled once, and on
         # a GPU captured as a CUDA graph ("reduce-overhead"), replayed each step with one launch.
@@ -78,7 +82,42 @@ class StaticRows:
         self.live[index] = 1
         self.lengths.update(zip(slots, prompt_lengths))
 
-    def step(self) -> torch.Tensor:
+    def room(self) -> int:
+        return len(self.free_slots)
+
+    def admit(self, joining: RowBatch, new_rows: list[Row], first: torch.Tensor) -> None:
+        taken, self.free_slots = self.free_slots[:len(new_rows)], self.free_slots[len(new_rows):]
+        self.place(joining, taken, first, [row.prompt_length for row in new_rows])
+        self.occupied.update(zip(taken, new_rows))
+        self._order()
+
+    def snapshot(self, index: int, length: int) -> BranchCache:
+        return self.snapshot_slot(self._slots[index], self.rows[index].prompt_length, length)
+
+    def release(self, indices: list[int]) -> None:
+        for index in indices:
+            slot = self._slots[index]
+            del self.occupied[slot]
+            self.free(slot)
+            self.free_slots.append(slot)
+        self.free_slots.sort()  # questions take the lowest free slots, as they always have
+        self._order()
+
+    def step(self, config, generators: dict) -> torch.Tensor:
+        """One greedy token for every slot (`cot` only: static rows never sample), fed back in place: (R, 6)."""
+        logits = self.forward_step()  # (R, V)
+        probs = logits.softmax(-1)
+        self.feed[:, 0] = probs.argmax(-1)
+        return pack(self.feed[:, 0], probs, logits)
+
+    def live_index(self) -> torch.Tensor:
+        return torch.tensor(self._slots, device=self.mask.device)
+
+    def _order(self) -> None:
+        self._slots = sorted(self.occupied)
+        self.rows = [self.occupied[slot] for slot in self._slots]
+
+    def forward_step(self) -> torch.Tensor:
         """One token for every slot, written at column c: (R, V) float32 logits of the next token."""
         if self.c == self.columns:
             self._shift(max(self.lengths.values(), default=0))
@@ -94,7 +133,7 @@ class StaticRows:
         self.lengths = {slot: length + 1 for slot, length in self.lengths.items()}
         return out.logits[:, -1].float()
 
-    def snapshot(self, slot: int, prompt_length: int, length: int) -> BranchCache:
+    def snapshot_slot(self, slot: int, prompt_length: int, length: int) -> BranchCache:
         """Slot `slot`'s first `length` own columns (prompt and fed tokens), copied out."""
         start = self.c - self.lengths[slot]
         return BranchCache(prompt_length,
@@ -140,52 +179,17 @@ def check_static(model, mode: str) -> None:
                          f"{sorted(kinds)} (a sliding window keeps other columns than ours); drop static_cache=true.")
 
 
+def static_columns(prompts: list[list[int]], max_new_tokens: int) -> int:
+    """L, the cache columns of static rows: twice the longest prompt plus budget, so that compaction is rare."""
+    return 2 * (max(len(p) for p in prompts) + max_new_tokens + 1)
+
+
 @torch.inference_mode()
 def iter_static(model, tokenizer, prompts: list[list[int]], config, max_new_tokens: int, stop: list[str],
                 eos_ids: set[int], pad_id: int, max_rows: int, sync: int, compiled: bool = False,
                 columns: int | None = None) -> Iterator[tuple[int, list[Branch], list[BranchCache]]]:
     """decoding.iter_branches on static rows (`cot` only): the same branches, margins, statistics and caches, question
-    by question as each ends. `columns` (L) defaults to twice the longest prompt plus budget, so compaction is rare.
-    `compiled`: the step through `torch.compile` (BatchingConfig.compile_step)."""
-    n = config.n_branches
-    columns = columns or 2 * (max(len(p) for p in prompts) + max_new_tokens + 1)
-    state = StaticRows(model, max_rows, columns, compiled)
-    queue, free = deque(range(len(prompts))), list(range(max_rows))
-    slots: dict[int, Row] = {}  # slot -> the branch decoding there
-    finished = Finished(n)
-    while queue or slots:
-        admitted = []
-        while queue and len(free) >= (len(admitted) + 1) * n:
-            admitted.append(queue.popleft())
-        if admitted:
-            joining, new_rows, first = prefill(model, prompts, admitted, config, pad_id, {})
-            taken, free = free[:len(new_rows)], free[len(new_rows):]
-            state.place(joining, taken, first, [row.prompt_length for row in new_rows])
-            del joining
-            slots.update(zip(taken, new_rows))
-        for slot, row in sorted(slots.items()):
-            reason = row.take_pending(tokenizer, stop, eos_ids, max_new_tokens)
-            if reason is None:
-                continue
-            question = finished.add(row, tokenizer, stop, reason,
-                                    lambda length, slot=slot, row=row: state.snapshot(slot, row.prompt_length, length))
-            del slots[slot]
-            state.free(slot)
-            free.append(slot)
-            if question is not None:
-                yield question
-                del question
-        free.sort()
-        if not slots or (queue and len(free) >= n):
-            continue  # admit the next questions before the step, so no slot idles through it
-        steps = min(sync, min(max_new_tokens - len(row.ids) for row in slots.values()))
-        packed = []
-        for _ in range(steps):
-            logits = state.step()  # (R, V)
-            probs = logits.softmax(-1)
-            state.feed[:, 0] = probs.argmax(-1)
-            packed.append(pack(state.feed[:, 0], probs, logits))  # (R, 6)
-        live = sorted(slots)
-        blocks = step_rows.to_host(torch.stack(packed, dim=1)[torch.tensor(live, device=state.mask.device)])
-        for slot, block in zip(live, blocks):  # (live slots, steps, 6)
-            slots[slot].pending = block
+    by question as each ends. `columns` (L) defaults to `static_columns`; `compiled`: the step through
+    `torch.compile` (BatchingConfig.compile_step)."""
+    store = StaticRows(model, max_rows, columns or static_columns(prompts, max_new_tokens), compiled)
+    yield from schedule(store, model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id, sync)

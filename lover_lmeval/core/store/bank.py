@@ -31,6 +31,7 @@ import torch
 from .bank_store import GzipStore, SqliteStore, open_store, store_kind
 from ..decode.branch import Branch
 from ..decode.decoding import DecodingConfig
+from ..decode.engine import ENGINES
 from ..files import atomic_path
 from ..decode.token_stats import decode_stats, encode_stats
 
@@ -66,11 +67,23 @@ class BankConfig:
     file is SQLite unless its name ends in `.gz` (the older gzip-member banks, still read and appended to)."""
     bank_only: bool = False
     """Never decode: a question missing from the bank is an error (needs `path`)."""
+    key_dtype: str | None = None
+    """The precision whose records to read and write (`float32`, `bfloat16`, ...); None: the model's. Rescoring a
+    bank's branches in another precision than they were decoded in (bf16 records read in float32) needs it."""
+    key_engine: str | None = None
+    """The engine whose records to read and write (`hf`, `vllm`); None: the run's own. lover_hf reads a bank that
+    lover_vllm wrote (with `bank_only`: without vLLM installed) only when told to: engines never mix silently."""
     feature_cache: str | None = DEFAULT_FEATURE_CACHE
     """With a bank, features per question and layer are kept in this folder ("default": the lover-lmeval cache
     dir, never the repository; None: off), so banked questions are not re-run through the model."""
 
     def __post_init__(self) -> None:
+        if self.key_dtype is not None and not isinstance(getattr(torch, str(self.key_dtype), None), torch.dtype):
+            raise ValueError(f"bank_dtype={self.key_dtype} is not a torch dtype; pass e.g. bank_dtype=bfloat16, or "
+                             "omit it (the model's dtype).")
+        if self.key_engine is not None and self.key_engine not in ENGINES:
+            raise ValueError(f"bank_engine={self.key_engine} is not an engine; pass one of {', '.join(ENGINES)} (the "
+                             "engine whose records to read), or omit it (the run's own).")
         if self.bank_only and self.path is None:
             raise ValueError("bank_only=true needs bank=PATH (the bank to read every question from)")
         if self.path is not None:
@@ -85,10 +98,15 @@ class NotInBank(LookupError):
     """Raised by lover_hf with bank_only=true when a question has no record in its bank."""
 
 
-def record_settings(decoding: DecodingConfig, until: list[str], max_gen_toks: int, dtype: str = "float32") -> dict:
+def record_settings(decoding: DecodingConfig, until: list[str], max_gen_toks: int, dtype: str = "float32",
+                    engine: str = "hf") -> dict:
     """The settings part of a record's key: everything besides model and prompt that determines its branches. One
     recipe for lover_hf's keys (Pipeline.record_keys) and the benchmarks' recomputed ones (benchmarks/bank_sets.py)."""
-    settings = {"decoding": asdict(decoding), "until": until, "max_gen_toks": max_gen_toks}
+    settings = {"decoding": asdict(decoding), "until": list(until), "max_gen_toks": max_gen_toks}
+    # Another engine's branches are not HF's (other kernels, other near-ties): never the same record. HF keys stay
+    # as they were, keeping every bank written before engines existed valid.
+    if engine != "hf":
+        settings["engine"] = engine
     # Greedy branches in bf16 differ from fp32 ones (benchmarks/RESULTS.md), so they never share a record; fp32 keys
     # stay as they were, keeping every bank decoded before dtype was part of the key valid.
     if dtype != "float32":
