@@ -56,7 +56,7 @@ def parse_model_args(kwargs: dict) -> tuple[LoverConfig, dict, set[str]]:
     return config, hf_args, {arg for arg in (*DECODING_ARGS, "extract") if arg in kwargs}
 
 
-def one_line_errors() -> None:
+def one_line_errors(name: str = "lover_hf") -> None:
     """On the `lm_eval` / `lover` command line, print a `LoverUsageError` as one line instead of a traceback (the
     message already says what to change; 70 lines of loader frames hide it). Other errors, and every error under a
     Python caller (notebook, simple_evaluate), keep their tracebacks."""
@@ -70,7 +70,7 @@ def one_line_errors() -> None:
 
     def hook(kind, error, traceback):
         if isinstance(error, LoverUsageError):
-            print(f"lover_hf: error: {error}", file=sys.stderr)
+            print(f"{name}: error: {error}", file=sys.stderr)
         else:
             previous(kind, error, traceback)
 

