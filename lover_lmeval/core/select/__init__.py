@@ -7,3 +7,7 @@
 
 Reads branches duck-typed: imports no other stage.
 """
+
+# The token-statistics selectors register themselves next to the base strategies: imported here, every strategy is
+# registered wherever any select module is used, whatever was imported first.
+from . import selectors  # noqa: E402,F401
