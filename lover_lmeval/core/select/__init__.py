@@ -3,7 +3,8 @@
 - answers.py    extractors (registry) and the one answer-grouping rule;
 - selection.py  the strategies (registry): greedy, majority, CoT-decoding's confidence, LoVer's scores, oracles;
 - selectors.py  the strategies that read the branches' per-token statistics (self-certainty, DeepConf, CISC,
-                log-likelihood, short-m@k).
+                log-likelihood, short-m@k);
+- rows.py       the selection table's rows in display order, which the task YAMLs' filters are generated from.
 
 Reads branches duck-typed: imports no other stage.
 """
