@@ -1,14 +1,10 @@
-"""`lover compare`'s leaderboard as markdown: the strategy rows with their intervals, the paired differences, the
-verifier diagnostics and the layer sweep, from the report `compare.compare` writes to leaderboard.json."""
+"""`lover compare`'s leaderboard as markdown: the strategy rows (in core/select/rows.py's order) with their intervals,
+the paired differences, the verifier diagnostics and the layer sweep, from the report `compare.compare` writes to
+leaderboard.json."""
 
 from __future__ import annotations
 
-# In the task YAMLs' order: baselines, the token-statistics selectors (core/select/selectors.py), LoVer, the oracle.
-# Spelled out, not read from the strategy registry, which would import torch for `--help` (test_compare checks they
-# agree).
-ROWS = ("greedy", "majority", "cot_max", "cot_sum", "self_certainty", "self_certainty_borda", "deepconf10_w32",
-        "deepconf90_w32", "cisc_t0.1", "loglik_max", "loglik_vote", "short3", "lover_max", "lover_sum",
-        "supervised_max", "supervised_sum", "supervised_cv_max", "supervised_cv_sum", "pass_at_n")
+from ..core.select.rows import ROWS  # plain data: `lover compare --help` imports it without torch
 
 
 def _cell(cell: dict | None) -> str:

@@ -14,10 +14,8 @@ model_args), `results.py` (what a question yields), and the stage-free helpers `
 
 Imports go downward only (import-linter, pyproject.toml): pipeline > config, results > store, verify > select,
 decode > files, loading, stats; the stages of one line do not import each other.
-"""
 
-# The loss variants, the authors' reductions and the token-statistics selectors register themselves next to the
-# paper's terms and the base strategies; importing them here makes them available wherever any core module is used,
-# whatever was imported first.
-from .verify import losses_authors, losses_variants  # noqa: E402,F401
-from .select import selectors  # noqa: E402,F401
+A registry's package imports every module that registers with it (select/ its selectors, verify/ its loss variants),
+so a registry is complete wherever it is read; this file imports nothing, so that reading plain data such as
+`select/rows.py` loads no torch.
+"""

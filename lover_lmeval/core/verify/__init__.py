@@ -11,3 +11,7 @@
 
 Imports the select stage (the constraints read the answer groups), never decode or store.
 """
+
+# The loss variants and the authors' reductions register themselves next to the paper's terms: imported here, every
+# loss term is registered wherever any verify module is used, whatever was imported first.
+from . import losses_authors, losses_variants  # noqa: E402,F401
