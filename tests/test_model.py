@@ -117,19 +117,19 @@ def test_unbanked_questions_fill_whole_decoding_batches(tiny_model_dir, tmp_path
     """With one of three questions banked and batch_size=2, the two others are decoded in one batch of 2, not in
     two half-empty batches (which is what longest-prompt-first order alone gives here), batch by batch as well as
     with continuous batching (where every unbanked question goes to one call)."""
-    import lover_lmeval.core.pipeline as pipeline_module
+    import lover_lmeval.core.decode.engine as engine_module
 
     kwargs = dict(pretrained=str(tiny_model_dir), n_branches=2, batch_size=2, verifier=None,
                   bank=str(tmp_path / "bank.sqlite"), feature_cache="none", continuous_batching=continuous)
     contexts = ["Question: a long question about apples and pears?\nAnswer:", "Q: medium one?\nA:", "Q: x?"]
     LoverLM(**kwargs).generate_until([_request(contexts[1])], disable_tqdm=True)
-    sizes, real_decode = [], pipeline_module.iter_branches
+    sizes, real_decode = [], engine_module.schedule
 
-    def counting(model, tokenizer, prompts, *args, **kwargs):
+    def counting(store, model, tokenizer, prompts, *args, **kwargs):
         sizes.append(len(prompts))
-        return real_decode(model, tokenizer, prompts, *args, **kwargs)
+        return real_decode(store, model, tokenizer, prompts, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline_module, "iter_branches", counting)
+    monkeypatch.setattr(engine_module, "schedule", counting)
     lm = LoverLM(**kwargs)
     encoded, real_encode = [], lm.tok_encode
     monkeypatch.setattr(lm, "tok_encode", lambda text, **kw: encoded.append(text) or real_encode(text, **kw))

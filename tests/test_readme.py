@@ -114,13 +114,20 @@ def check_tasks(names, task_index) -> None:
         assert not [n for n in unknown if n not in every], f"README --tasks {unknown}: no such task"
 
 
-def check_model_args(model_args: dict, where: str):
-    """Keys lover_hf or HFLM takes, values lover_hf's configs accept; returns (config, explicit decoding args)."""
+# lm-eval's VLLM arguments (and vLLM's engine arguments it passes on) that README commands use: neither is importable
+# here (vLLM lives in .venv-vllm), so the ones shown are named; tests/test_vllm.py runs them.
+VLLM_ARGS = {"dtype", "tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization", "max_model_len"}
+
+
+def check_model_args(model_args: dict, where: str, model: str = "lover_hf"):
+    """Keys lover's model (and HFLM, or lm-eval's VLLM) take, values lover's configs accept; returns (config,
+    explicit decoding args)."""
     from lover_lmeval.core.config import LoverConfig
     from lover_lmeval.harness.model_args import DECODING_ARGS, LOVER_ARGS, _hflm_args
 
-    unknown = sorted(set(model_args) - set(LOVER_ARGS) - _hflm_args())
-    assert not unknown, f"{where}: model_args {unknown} are neither lover_hf's ({LOVER_ARGS}) nor HFLM's"
+    backend = _hflm_args() if model == "lover_hf" else VLLM_ARGS
+    unknown = sorted(set(model_args) - set(LOVER_ARGS) - backend)
+    assert not unknown, f"{where}: model_args {unknown} are neither {model}'s ({LOVER_ARGS}) nor its backend's"
     config, _ = LoverConfig.from_model_args(dict(model_args))
     return config, {arg for arg in DECODING_ARGS if arg in model_args}
 
@@ -157,8 +164,8 @@ def test_every_lm_eval_command_parses_with_lm_evals_own_cli(task_index):
         args = args[1:] if args and args[0] == "run" else args
         assert not [a for a in args if a.startswith("-") and a.split("=")[0] not in flags], where
         parsed = parse_or_fail(parser, args, where)
-        assert parsed.model == "lover_hf", where
-        config, explicit = check_model_args(parsed.model_args or {}, where)
+        assert parsed.model in ("lover_hf", "lover_vllm"), where
+        config, explicit = check_model_args(parsed.model_args or {}, where, parsed.model)
         if getattr(parsed, "gen_kwargs", None):  # honoured, not refused, with these model_args
             resolve_decoding(config.decoding, explicit, parsed.gen_kwargs, 256)
         check_tasks(parsed.tasks, task_index)
