@@ -76,8 +76,6 @@ def test_paired_rows_compares_saved_outcomes_on_shared_questions(tmp_path, capsy
     """Run A has questions 0-3, run B questions 1-3 (in another order; named by its folder or its file).
     lover_sum of A is 1,1,1,0 and majority of B is 1,0,0 on 1-3: on the shared questions 1-3 A has 2/3, B 1/3,
     difference +1/3; within --docs 2:4 (questions 2 and 3) A 1/2, B 0/2, difference +1/2."""
-    import sys
-    sys.path.insert(0, str(REPO))
     from benchmarks.paper.paired_rows import main
 
     def run(name, doc_ids, rows):
