@@ -8,10 +8,12 @@ labelled ceiling and says so in its name.
   correct and incorrect branches), mean score of correct vs incorrect branches, expected calibration
   error (10 equal-width bins, p_i read as P(branch correct)), and answer-group statistics: groups per
   question, gold among the answers (pass@N), gold group largest (majority right), gold group scored
-  highest (the verifier's pick right), and the share of answered questions given LoVer(sum)'s most common pick (near 1: a
-  constant answer, the fit separated the answers' texts rather than right from wrong; RESULTS.md run 10).
-- `pick_shares`: the same share for every strategy row, from lm-eval's own filtered answers: greedy, short3 and
-  LoVer all won navigate by answering one way (run 19 B).
+  highest (the verifier's pick right), and the share of answered questions given LoVer(sum)'s most common pick
+  (near 1: a constant answer, the fit separated the answers' texts rather than right from wrong: every binary
+  test-time fit on the full BBH sets did, benchmarks/runs/run10_bbh_navigate_full.md).
+- `pick_shares`: the same share for every strategy row, from lm-eval's own filtered answers: a row can beat majority
+  on a skewed two-answer set by answering one way (greedy, short3 and LoVer all did on BBH navigate,
+  benchmarks/runs/run19_cut_branches_selectors.md).
 - `accuracy_vs_n`: majority and LoVer(sum) on the first n branches, n = 1..N, the verifier refit label-free on them.
 - `layer_sweep`: the label-free fit refit on features of each layer, accuracy of LoVer max/sum and
   AUROC per layer. Features come from the results when lover_hf kept them (`extra_layers=`, nearly free
