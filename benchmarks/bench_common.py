@@ -2,12 +2,9 @@
 prompts and the offline environment.
 
 The scripts live in one folder per study (`benchmarks/<study>/NAME.py`, listed in benchmarks/README.md) and import
-this module as `benchmarks.bench_common`. Run one as a file (`python benchmarks/<study>/NAME.py`) or as a module from
-the repository root (`python -m benchmarks.<study>.NAME`): a script that imports from `benchmarks` starts with
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-
-so both work without installing anything beyond the package.
+this module as `benchmarks.bench_common`. Each runs as a module from the repository root,
+`python -m benchmarks.<study>.NAME`, which puts the root on the import path: nothing to install beyond the package,
+and no script edits `sys.path`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ image holds and the optional kernel packages vLLM imports only when asked for (H
 for a dense model with its own FlashAttention; a run that leaves out flashinfer sets VLLM_USE_FLASHINFER_SAMPLER=0).
 FIXES are what run 29 found missing or mismatched on the card. vLLM's wheel (~300 MiB) then travels in pieces.
 
-    python3 benchmarks/gpu_vllm_wheels.py --vllm 0.26.0 --dest .whl      # then split vLLM's wheel into .gpu/
+    python3 -m benchmarks.gpu_vllm_wheels --vllm 0.26.0 --dest .whl      # then split vLLM's wheel into .gpu/
 """
 
 from __future__ import annotations

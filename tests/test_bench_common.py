@@ -3,13 +3,9 @@ value and the expected form, before any model is loaded."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, as the scripts do
-from benchmarks.bench_common import docs_range  # noqa: E402
+from benchmarks.bench_common import docs_range
 
 
 def test_docs_range_reads_start_and_end():

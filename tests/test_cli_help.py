@@ -34,12 +34,14 @@ def test_help_imports_no_heavy_package(command):
 
 
 def test_parser_defaults_repeated_for_speed_equal_the_cores():
-    """apps/igsm.py and apps/train.py repeat a few core defaults so that their parsers import no core module."""
-    from lover_lmeval.apps import igsm, train
+    """apps/igsm.py, apps/train_cli.py and apps/settings.py repeat a few core defaults so that the parsers import no
+    core module."""
+    from lover_lmeval.apps import igsm, train_cli
+    from lover_lmeval.apps.settings import TrainSettings
     from lover_lmeval.core.verify.loss_spec import allowed_terms
     from lover_lmeval.core.verify.verifier_config import VerifierConfig
     from lover_lmeval.data.igsm import IGSMConfig
 
     assert igsm.DEFAULTS == dataclasses.asdict(IGSMConfig())
-    assert (train.DEFAULT_LOSSES, train.DEFAULT_SEED) == (VerifierConfig.losses, VerifierConfig.seed)
-    assert set(train.LOSS_TERMS) == set(allowed_terms()) - {"supervised"}
+    assert (train_cli.DEFAULT_LOSSES, TrainSettings.seed) == (VerifierConfig.losses, VerifierConfig.seed)
+    assert set(train_cli.LOSS_TERMS) == set(allowed_terms()) - {"supervised"}

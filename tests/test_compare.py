@@ -12,7 +12,9 @@ import torch
 from lover_lmeval.harness.model import LoverLM
 from lover_lmeval.core.verify.checkpoints import save_checkpoint
 from lover_lmeval.core.verify.verifier import VerifierConfig, fit
-from lover_lmeval.apps.compare import compare, tagged_rows
+from lover_lmeval.apps.compare import compare
+from lover_lmeval.apps.samples import tagged_rows
+from lover_lmeval.apps.settings import CompareSettings
 from lover_lmeval.apps.leaderboard import ROWS, render_markdown
 from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap
 
@@ -34,9 +36,10 @@ def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
     trained = fit(torch.randn(4, 3, 2, dim, generator=torch.Generator().manual_seed(0)), torch.ones(4, 3, dtype=torch.bool),
                   torch.zeros(4, 3, dtype=torch.long), VerifierConfig(epochs=1, restarts=1)).verifier
     save_checkpoint(tmp_path / "trained.safetensors", trained, identity)
-    report = compare(f"pretrained={tiny_model_dir},n_branches=3", ["lover_gsm8k"], str(REPO / "task_configs"), 3,
-                     tmp_path, n_boot=200, gen_kwargs="max_gen_toks=8", layers=[1, -1],
-                     checkpoints={"trained": str(tmp_path / "trained.safetensors")})
+    report = compare(CompareSettings(model_args=f"pretrained={tiny_model_dir},n_branches=3", tasks=["lover_gsm8k"],
+                                     include_path=str(REPO / "task_configs"), limit=3, out=tmp_path, n_boot=200,
+                                     gen_kwargs="max_gen_toks=8", layers=[1, -1],
+                                     checkpoints={"trained": str(tmp_path / "trained.safetensors")}))
     rows = report["tasks"]["lover_gsm8k"]["rows"]
     assert set(rows) == set(ROWS) - {"supervised_max", "supervised_sum"} | {"trained_max", "trained_sum"}
     assert "| trained_sum |" in (tmp_path / "leaderboard.md").read_text()
@@ -73,8 +76,6 @@ def test_paired_rows_compares_saved_outcomes_on_shared_questions(tmp_path, capsy
     """Run A has questions 0-3, run B questions 1-3 (in another order; named by its folder or its file).
     lover_sum of A is 1,1,1,0 and majority of B is 1,0,0 on 1-3: on the shared questions 1-3 A has 2/3, B 1/3,
     difference +1/3; within --docs 2:4 (questions 2 and 3) A 1/2, B 0/2, difference +1/2."""
-    import sys
-    sys.path.insert(0, str(REPO))
     from benchmarks.paper.paired_rows import main
 
     def run(name, doc_ids, rows):

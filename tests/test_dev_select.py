@@ -92,9 +92,9 @@ def test_select_dev_reads_only_the_dev_labels(tmp_path, monkeypatch, tiny_model_
     so no dev accuracy reaches the authors' 0.1 floor: low_accuracy=0 keeps its tries normal.)"""
     dev_questions, keep = _dev_questions(tmp_path, monkeypatch, limit=4, k=2)
     read = []  # every document whose gold answer `lover train` reads (lm-eval itself peeks at a target to build a task)
-    real_gold = train_module._gold
-    monkeypatch.setattr(train_module, "_gold", lambda task, docs, *a: read.extend(d["question"] for d in docs)
-                        or real_gold(task, docs, *a))
+    real_gold = train_module.gold_answers
+    monkeypatch.setattr(train_module, "gold_answers", lambda split, docs, *a: read.extend(d["question"] for d in docs)
+                        or real_gold(split, docs, *a))
     kw = dict(select="dev:2", dev_selection="init_tries=2;max_init_tries=2;low_accuracy=0",
               fit_config="epochs=4;restarts=1", supervised=supervised)
     clean, meta = _train(tmp_path, monkeypatch, tiny_model_dir, f"dev-{supervised}", **kw)
@@ -114,7 +114,7 @@ def test_label_free_and_supervised_checkpoints_disclose_their_labels(tmp_path, m
 
 
 def test_rows_scored_by_a_labelled_checkpoint_say_how_many_labels():
-    from lover_lmeval.apps.compare import verifier_rows
+    from lover_lmeval.apps.samples import verifier_rows
     from lover_lmeval.core.verify.checkpoints import gold_labels_used, label_tag
 
     assert label_tag({"gold_labels_used": 0}) == "" and label_tag({"supervised": False, "n_questions": 200}) == ""

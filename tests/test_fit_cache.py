@@ -57,8 +57,7 @@ def test_the_cache_keeps_only_its_last_fits():
 def test_accuracy_vs_n_reuses_the_test_time_fit_for_its_last_point():
     """4 branches a question: the curve refits n = 1, 2, 3 and takes n = 4 from the test-time fit (one hit), whose
     lover_sum accuracy it reports."""
-    from lover_lmeval.apps.compare import accuracy_vs_n
-    from lover_lmeval.apps.diagnostics import strategy_correct
+    from lover_lmeval.apps.diagnostics import accuracy_vs_n, strategy_correct
     from lover_lmeval.core.select.answers import get_extractor
 
     results = _results(seed=3)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,12 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _selectors(module: str = "selectors_table"):
-    """A module of benchmarks/selectors/, imported from the repository root (benchmarks is not installed)."""
-    sys.path.insert(0, str(REPO))
-    try:
-        return importlib.import_module(f"benchmarks.selectors.{module}")
-    finally:
-        sys.path.remove(str(REPO))
+    """A module of benchmarks/selectors/, imported from the repository root as `python -m` imports it (benchmarks is
+    not installed; pyproject.toml's pytest `pythonpath` puts the root on the import path)."""
+    return importlib.import_module(f"benchmarks.selectors.{module}")
 
 
 def test_readme_leaderboard_is_what_the_committed_results_give():
@@ -25,7 +21,7 @@ def test_readme_leaderboard_is_what_the_committed_results_give():
     table, recommendation = selectors_table.build(REPO / "benchmarks" / "results" / "selectors")
     readme = (REPO / "README.md").read_text()
     assert selectors_table.readme_block(table, recommendation) in readme, \
-        "README's leaderboard differs from the results: run `python benchmarks/selectors/selectors_table.py`"
+        "README's leaderboard differs from the results: run `python -m benchmarks.selectors.selectors_table`"
     assert (REPO / "docs" / "leaderboard.png").is_file()
 
 
@@ -186,7 +182,7 @@ def test_committed_sampled_vs_cot_reading_is_what_the_committed_reports_give():
     folder = REPO / "benchmarks" / "results" / "selectors"
     _, text = _selectors("sampled_vs_cot").reading(folder)
     assert (folder / "sampled_vs_cot.md").read_text() == text, \
-        "sampled_vs_cot.md differs from the reports: run `python benchmarks/selectors/sampled_vs_cot.py`"
+        "sampled_vs_cot.md differs from the reports: run `python -m benchmarks.selectors.sampled_vs_cot`"
 
 
 def test_lover_standing_names_every_selector_whose_interval_lies_above_a_lover_row():

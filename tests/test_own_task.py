@@ -85,7 +85,7 @@ def test_lover_compare_refuses_a_metric_it_cannot_read(tmp_path, monkeypatch):
     lm-eval's default tasks: indexing those takes seconds."""
     from lm_eval.tasks import TaskManager
 
-    from lover_lmeval.apps.compare import TaskNotComparable, check_task
+    from lover_lmeval.apps.samples import TaskNotComparable, check_task
 
     folder = _own_task(tmp_path, monkeypatch, metric="bleu")
     task = TaskManager(include_path=str(folder), include_defaults=False).load(["my_arith"])["tasks"]["my_arith"]
@@ -102,7 +102,7 @@ def test_lover_compare_refuses_a_metric_it_cannot_read(tmp_path, monkeypatch):
 def test_compare_reads_the_gold_answer_as_the_metric_does():
     """lover_match (extract=number) reads "51.0" as 51 and "$1,200" as 1200, a target it cannot read as its text;
     exact_match (no gold extractor) compares the stripped target as text."""
-    from lover_lmeval.apps.compare import metric_gold
+    from lover_lmeval.apps.samples import metric_gold
 
     assert metric_gold("51.0", "number") == "51" and metric_gold("$1,200", "number") == "1200"
     assert metric_gold(" no answer here ", "number") == "no answer here"

@@ -11,6 +11,7 @@ import pytest
 
 from lover_lmeval.core.decode import decoding
 from lover_lmeval.core.verify.checkpoints import load_checkpoint
+from lover_lmeval.apps.settings import TrainSettings
 from lover_lmeval.apps.train import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,8 +35,9 @@ def _train(tmp_path, monkeypatch, tiny_model_dir, name, scramble=False, limit=4,
     monkeypatch.setenv("LOVER_DATA_DIR", str(_data_dir(tmp_path / f"data-{name}", scramble, keep_rows)))
     out = tmp_path / f"{name}.safetensors"
     kw.setdefault("bank", str(tmp_path / f"bank-{name}.jsonl.gz"))
-    metadata = train(f"pretrained={tiny_model_dir},n_branches=3", "lover_gsm8k", split_name, limit, out,
-                     str(REPO / "task_configs"), gen_kwargs="max_gen_toks=12", **kw)
+    metadata = train(TrainSettings(model_args=f"pretrained={tiny_model_dir},n_branches=3", task="lover_gsm8k",
+                                   split=split_name, limit=limit, out=out, include_path=str(REPO / "task_configs"),
+                                   gen_kwargs="max_gen_toks=12", **kw))
     return out, metadata
 
 

@@ -9,7 +9,7 @@ mean score p (gold answers are read for scoring only, never by the fit or its re
 
 A spec is a VerifierConfig string (verifier.config_from_string): "losses=nega+intra+inter_raw;curriculum=0.2".
 
-    .venv/bin/python benchmarks/fit/fit_ablation.py --limit 120 --layers 12,18 \\
+    .venv/bin/python -m benchmarks.fit.fit_ablation --limit 120 --layers 12,18 \\
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz
 """
 
@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import RESULTS, add_model_options, model_path, offline_env, task_contexts  # noqa: E402
+from benchmarks.bench_common import RESULTS, add_model_options, model_path, offline_env, task_contexts
 
 SPECS = tuple(f"losses={spec}" for spec in ("nega+intra+inter", "intra+inter", "nega+inter", "nega+intra",
                                             "nega+intra+inter_logic", "nega+intra+5*inter", "nega+intra+0.2*inter",
@@ -86,7 +84,7 @@ def main():
     from lm_eval.tasks import TaskManager
 
     from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
-    from lover_lmeval.apps.train import task_extractor
+    from lover_lmeval.apps.samples import task_extractor
     from lover_lmeval.core.select.answers import get_extractor
     from lover_lmeval.core.verify.scoring import batch_results, fit_on_results, orient_fit, store_scores, top_pick
     from lover_lmeval.core.select.selection import select

@@ -6,7 +6,7 @@ GSM8K test questions. We re-tokenize each branch, compute assertion features at 
 questions' own branches (the test-time fit of `verifier=fit`), and compare selection strategies.
 Gold answers are used only to score, never to fit or choose anything.
 
-    python benchmarks/fit/real_features.py --layers 6,12,18 --out benchmarks/results/real_features.json
+    python -m benchmarks.fit.real_features --layers 6,12,18 --out benchmarks/results/real_features.json
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -29,8 +28,7 @@ from lover_lmeval.core.verify.scoring import batch_results, fit_on_results
 from lover_lmeval.core.verify.verifier import VerifierConfig
 from lover_lmeval.harness.filter import LoverSelect
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import SHARED, add_model_options, load_model  # noqa: E402
+from benchmarks.bench_common import SHARED, add_model_options, load_model
 
 PROMPT_SUFFIX = "\nLet's think step by step and end with 'The answer is N.'"  # as in shared/samples/README.md
 

@@ -1,7 +1,7 @@
 """One Markdown table from `fit_ablation.py --orient-by-vote --orient-by-confidence` outputs (runs 5-6:
 benchmarks/runs/run05_orientation.md, run06_orientation_held_out.md).
 
-    .venv/bin/python benchmarks/fit/summarize_orient.py \
+    .venv/bin/python -m benchmarks.fit.summarize_orient \
         benchmarks/results/fit_orient_lover_bbh_navigate_test100.json ...
 
 Per fit: the label-free fit's AUROC, each signal's Spearman rho and the AUROC after orienting by it, and LoVer(sum) of

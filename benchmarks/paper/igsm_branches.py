@@ -4,7 +4,7 @@ Gold answers come from our own generator (`lover_tasks.load_igsm`'s test problem
 its text inside the decoded prompt. Used by run 8 (benchmarks/runs/run08_gpu_igsm_mmlu_pro_bbh_full.md) to explain why
 every selector is near chance on iGSM with Qwen2.5-Coder-0.5B.
 
-    python benchmarks/paper/igsm_branches.py --gguf $(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1) \
+    python -m benchmarks.paper.igsm_branches --gguf $(../shared/bin/get-model qwen2.5-coder-0.5b-instruct | tail -1) \
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_igsm-test.jsonl.gz \
       --out benchmarks/results/paper_qwen2.5-coder-0.5b-instruct/gpu_run8/igsm/branches.json
 """
@@ -15,7 +15,6 @@ import argparse
 import collections
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +24,7 @@ from lover_lmeval.core.select.answers import extract_number
 from lover_lmeval.core.loading import convert_gguf
 from lover_lmeval.data.tasks import load_igsm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import add_model_options, model_path  # noqa: E402
+from benchmarks.bench_common import add_model_options, model_path
 
 OPS = (2, 4, 8, 16)
 SHORT_TOKENS = 5  # a bare number ("12", "The answer is 7.") and no working

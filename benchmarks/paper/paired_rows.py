@@ -4,24 +4,22 @@
 compared after the fact: two strategies of one run, or the same strategy in two runs (another fit, another verifier)
 on the same questions, and on a doc_id range only (e.g. the questions a larger run added to a smaller one):
 
-    python benchmarks/paper/paired_rows.py RUN:lover_sum RUN:majority --docs 100:250
-    python benchmarks/paper/paired_rows.py A:lover_sum B/per_question.jsonl:lover_sum --task lover_gsm8k
-    python benchmarks/paper/paired_rows.py RUN:lover_sum RUN:majority --task all   # every task's questions pooled
+    python -m benchmarks.paper.paired_rows RUN:lover_sum RUN:majority --docs 100:250
+    python -m benchmarks.paper.paired_rows A:lover_sum B/per_question.jsonl:lover_sum --task lover_gsm8k
+    python -m benchmarks.paper.paired_rows RUN:lover_sum RUN:majority --task all   # every task's questions pooled
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import docs_range  # noqa: E402
+from benchmarks.bench_common import docs_range
 
 
 def outcomes(spec: str, task: str | None) -> tuple[str, dict[tuple[str, int], int]]:

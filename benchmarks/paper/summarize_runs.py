@@ -1,6 +1,6 @@
 """One Markdown table from several `lover compare` outputs: rows = strategies, columns = tasks.
 
-    .venv/bin/python benchmarks/paper/summarize_runs.py benchmarks/results/paper_qwen2.5-coder-0.5b-instruct \
+    .venv/bin/python -m benchmarks.paper.summarize_runs benchmarks/results/paper_qwen2.5-coder-0.5b-instruct \
         > benchmarks/results/paper_qwen2.5-coder-0.5b-instruct/summary.md
 
 Every `leaderboard.json` below the given folders is read; each cell is accuracy with its bootstrap 95% interval, and

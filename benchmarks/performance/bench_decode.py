@@ -28,7 +28,7 @@ then, as a subprocess,
 Prints a Markdown table and writes it, with the machine, command line and ratios, to
 benchmarks/results/decode_<date>.json (and .md). Example:
 
-    .venv/bin/python benchmarks/performance/bench_decode.py --n-questions 10 --max-new-tokens 256
+    .venv/bin/python -m benchmarks.performance.bench_decode --n-questions 10 --max-new-tokens 256
 """
 
 from __future__ import annotations
@@ -47,9 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import REPO, RESULTS, add_model_options, model_path, offline_env  # noqa: E402
-from lover_lmeval.core.files import write_text  # noqa: E402
+from benchmarks.bench_common import REPO, RESULTS, add_model_options, model_path, offline_env
+from lover_lmeval.core.files import write_text
 
 MODEL_NAME = "qwen2.5-coder-0.5b-instruct"
 BENCH_TASK = "bench_gsm8k_sc10"

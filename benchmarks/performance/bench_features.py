@@ -8,7 +8,7 @@ template passes after it are today's in both, so the old cost is understated the
 seconds per question for each (after one untimed call of each on the first question, so neither pays the
 start-up costs) and the largest difference between their features (batch shapes differ, so fp32 rounding may too).
 
-    .venv/bin/python benchmarks/performance/bench_features.py --task lover_bbh_navigate \
+    .venv/bin/python -m benchmarks.performance.bench_features --task lover_bbh_navigate \
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_bbh_navigate.jsonl.gz --docs 0:8 --layers 12,24 \
       --out benchmarks/results/bench_features_navigate.json
 """
@@ -29,8 +29,7 @@ from lover_lmeval.core.files import write_text
 from lover_lmeval.core.decode.kv import cache_of, extend_with_tokens, input_device, snapshot
 from lover_lmeval.harness.model import LoverLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import add_question_options, docs_range, model_path, task_contexts, task_docs  # noqa: E402
+from benchmarks.bench_common import add_question_options, docs_range, model_path, task_contexts, task_docs
 
 
 @torch.inference_mode()

@@ -4,10 +4,10 @@
 groups; the default VerifierConfig (target <= 30 s), or ``--fit_config regime=authors`` (issue GPU decode item 6:
 400 questions <= 60 s).
 
-    .venv/bin/python benchmarks/performance/bench_fit.py [--questions 1000] [--branches 10] [--dim 896]
+    .venv/bin/python -m benchmarks.performance.bench_fit [--questions 1000] [--branches 10] [--dim 896]
         [--fit_config "regime=authors;epochs=500"] [--threads 1]
     # A/B in one run: the fit of commit REV (its lover_lmeval, from `git archive`) and this tree's, alternated
-    .venv/bin/python benchmarks/performance/bench_fit.py --ab REV --repeats 2 --out benchmarks/results/x.json ...
+    .venv/bin/python -m benchmarks.performance.bench_fit --ab REV --repeats 2 --out benchmarks/results/x.json ...
 
 Each arm runs in its own process (same inputs, same seed); the A/B output holds each arm's seconds, the ratio of the
 medians, and the largest difference between the two arms' final losses and probe scores (the same fit up to float

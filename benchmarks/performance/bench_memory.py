@@ -18,7 +18,7 @@ random 4096-wide bf16 features with the default `max_dense_gib` (2: their float3
 fit streams; the issue's "12k questions on a 4096-wide model"). Example:
 
     LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
-      .venv/bin/python benchmarks/performance/bench_memory.py \
+      .venv/bin/python -m benchmarks.performance.bench_memory \
       --out benchmarks/results/memory_qwen2.5-coder-0.5b-instruct.json
 """
 
@@ -33,8 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import BANKS, model_file, task_contexts  # noqa: E402
+from benchmarks.bench_common import BANKS, REPO, model_file, task_contexts
 
 STREAMED_GIB = 0.05  # a small budget, so the streamed rows stream (chunks of ~700 questions at D = 896)
 STORAGES = {"float32, dense": ("float32", 2.0), "bfloat16, dense": ("bfloat16", 2.0),
@@ -106,9 +105,9 @@ def measure(scratch: Path, n_questions: int, dtype: str, max_dense_gib: float, e
 
 
 def child(scratch: Path, n_questions: int, dtype: str, max_dense_gib: float, epochs: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", str(scratch), str(n_questions), dtype, str(max_dense_gib),
+    cmd = [sys.executable, "-m", __spec__.name, "--child", str(scratch), str(n_questions), dtype, str(max_dense_gib),
            str(epochs)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -8,7 +8,7 @@ and token identity: per branch, whether bf16's tokens equal fp32's (and the bank
 common prefix within the budget. Greedy decoding is deterministic, so a budget below the bank's compares
 prefixes of the banked branches. Writes benchmarks/results/precision_<model>_<date>.json. Example:
 
-    .venv/bin/python benchmarks/performance/bench_precision.py --model qwen2.5-coder-1.5b-instruct --questions 5 \
+    .venv/bin/python -m benchmarks.performance.bench_precision --model qwen2.5-coder-1.5b-instruct --questions 5 \
         --batch 5 --max-new-tokens 128
 """
 
@@ -27,8 +27,7 @@ import torch
 
 from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import BANKS, RESULTS, UNTIL, add_model_options, load_model, model_path  # noqa: E402
+from benchmarks.bench_common import BANKS, RESULTS, UNTIL, add_model_options, load_model, model_path
 
 
 def banked_prompts(bank_path: Path, count: int) -> list[tuple[list[int], list]]:

@@ -9,8 +9,8 @@ arm under torch.profiler, the eager ones `--profile-tokens` steps long (a profil
 and a few dozen steps show the per-step pattern): host (CPU) and device time per step, and the ops that take it, into
 a text file beside the JSON.
 
-    .venv/bin/python benchmarks/performance/loop_ab.py --rounds 2                      # CPU, SmolLM2, fp32
-    .venv/bin/python benchmarks/performance/loop_ab.py --model qwen2.5-coder-1.5b-instruct --gguf q15.gguf \\
+    .venv/bin/python -m benchmarks.performance.loop_ab --rounds 2                      # CPU, SmolLM2, fp32
+    .venv/bin/python -m benchmarks.performance.loop_ab --model qwen2.5-coder-1.5b-instruct --gguf q15.gguf \\
         --device cuda --dtype bfloat16 --questions 20 --rows 100 --compile --profile   # a lent GPU
 """
 
@@ -24,9 +24,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bank_sets import model_source  # noqa: E402
-from benchmarks.bench_common import BANKS, RESULTS  # noqa: E402
+from benchmarks.bank_sets import model_source
+from benchmarks.bench_common import BANKS, RESULTS
 
 ARMS = {  # name -> (sync_every, static_cache, compile_step)
     "growing, sync 1": (1, False, False),

@@ -12,7 +12,7 @@ On one GSM8K question (lover_gsm8k prompt and stop strings) with a short budget,
      features;
   4. times the prefill with and without logits for every prompt position (`logits_to_keep=1`).
 
-    .venv/bin/python benchmarks/performance/profile_decode.py --max-new-tokens 64 --threads 1
+    .venv/bin/python -m benchmarks.performance.profile_decode --max-new-tokens 64 --threads 1
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ import argparse
 import cProfile
 import io
 import pstats
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import REPO, model_file  # noqa: E402
-from benchmarks.performance import bench_decode as bd  # noqa: E402
+from benchmarks.bench_common import REPO, model_file
+from benchmarks.performance import bench_decode as bd
 
 
 class _Stop(Exception):
@@ -38,13 +35,15 @@ def features_early_exit(model, branches, caches, template_ids, layer, rows_per_p
     """assertion_features, but the forward stops after the block producing hidden_states[layer]."""
     import torch
 
-    from lover_lmeval.core.decode.kv import extend_with_tokens
-    from lover_lmeval.core.decode.features import _trim
+    from lover_lmeval.core.decode.kv import BranchCache, extend_with_tokens
+
+    def prefix(cache, keep):  # the cache's first `keep` positions, where assertion_features starts each template
+        return BranchCache(cache.prompt_length, [k[:, :keep] for k in cache.keys], [v[:, :keep] for v in cache.values])
 
     jobs = []
     for branch, cache in zip(branches, caches):
         in_cache = cache.length - cache.prompt_length
-        base = _trim(cache, cache.prompt_length + min(len(branch.token_ids), in_cache))
+        base = prefix(cache, cache.prompt_length + min(len(branch.token_ids), in_cache))
         for ids in template_ids:
             jobs.append((base, branch.token_ids[in_cache:] + ids))
     captured = {}

@@ -10,7 +10,7 @@ count; on the 2-core CPU, past ~25 rows, it follows the tokens instead, which no
 A branch's decoded tokens are its kept tokens, plus one when it ended on EOS or a stop string (the token that ended
 it; a stop string spread over several tokens makes this a slight undercount, the same for both schedules).
 
-    .venv/bin/python benchmarks/performance/schedule_steps.py \
+    .venv/bin/python -m benchmarks.performance.schedule_steps \
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz \
       --out benchmarks/results/schedule_steps_qwen2.5-coder-0.5b-instruct_gsm8k.json
 """

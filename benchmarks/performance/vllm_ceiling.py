@@ -10,8 +10,8 @@ statistics a `lover_vllm` run must compute after decoding, its cost, and whether
 Writes a JSON of the rows (seconds, generated tokens, tokens/s, questions/s, GPU memory in use, finish reasons) and
 the `cot` branches (token ids) for a later agreement reading against `lover_hf`'s bank of the same questions.
 
-    python benchmarks/performance/vllm_ceiling.py --model-dir FOLDER --questions 400 --out O/vllm_ceiling.json
-    python benchmarks/performance/vllm_ceiling.py --smoke TOKENIZER_DIR --out O/smoke.json   # a tiny random model
+    python -m benchmarks.performance.vllm_ceiling --model-dir FOLDER --questions 400 --out O/vllm_ceiling.json
+    python -m benchmarks.performance.vllm_ceiling --smoke TOKENIZER_DIR --out O/smoke.json   # a tiny random model
 
 Dimensions: Q questions, N branches.
 """

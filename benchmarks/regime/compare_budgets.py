@@ -2,7 +2,7 @@
 """Two `regime_arms.py` reports on the same questions at two token budgets -> every row's accuracy at each and the
 paired difference (later minus earlier, bootstrap over questions), from their per-question strings (Regime item 6).
 
-    .venv/bin/python benchmarks/regime/compare_budgets.py REPORT_256.json REPORT_512.json --out budgets.json
+    .venv/bin/python -m benchmarks.regime.compare_budgets REPORT_256.json REPORT_512.json --out budgets.json
 """
 
 from __future__ import annotations

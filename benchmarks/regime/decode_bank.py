@@ -8,7 +8,7 @@ and keeps their features at the model's layer and `extra_layers` in the local fe
 `lover compare` / `lover train` runs over the bank cost seconds. Example (the 1.5B dev questions, bf16):
 
     LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
-      .venv/bin/python benchmarks/regime/decode_bank.py \
+      .venv/bin/python -m benchmarks.regime.decode_bank \
       --model_args gguf_file=$(../shared/bin/get-model qwen2.5-coder-1.5b-instruct | tail -1),dtype=bfloat16,batch_size=5 \
       --task lover_gsm8k --split train --docs 200:266 \
       --bank benchmarks/banks/qwen2.5-coder-1.5b-instruct/lover_gsm8k-train.jsonl.gz
@@ -20,13 +20,11 @@ import argparse
 import logging
 import sys
 import time
-from pathlib import Path
 
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import simple_parse_args_string
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import REPO, docs_range, task_contexts, task_docs  # noqa: E402
+from benchmarks.bench_common import REPO, docs_range, task_contexts, task_docs
 
 
 def main() -> int:

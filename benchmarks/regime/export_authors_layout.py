@@ -9,7 +9,7 @@ those files from our banks, so their code can run unchanged on our features (`hs
 `answers_model_train_*.json`, `answers_gt_train_*.json` and the same for test), e.g.:
 
     LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/python \
-      benchmarks/regime/export_authors_layout.py --model qwen2.5-coder-0.5b-instruct --dtype float32 \
+      -m benchmarks.regime.export_authors_layout --model qwen2.5-coder-0.5b-instruct --dtype float32 \
       --train-docs 0:266 --test-docs 0:400 --layers 12,24 --out /tmp/lover-authors-input
 
 Train docs 0..265 hold our 200 training + 66 dev questions. Their loader draws its own 200/66 partition of the
@@ -33,8 +33,7 @@ from lm_eval.tasks import TaskManager
 from lover_lmeval.core.select.answers import get_extractor
 from lover_lmeval.harness.model import LoverLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import (  # noqa: E402
+from benchmarks.bench_common import (
     BANKS, add_model_options, docs_range, model_path, task_contexts)
 
 TASK = "lover_gsm8k"

@@ -13,7 +13,7 @@ would. Each question is banked at the new budget's record key as soon as its las
 `--verify K` decodes the first K questions afresh at the new budget (no bank) and counts the branches whose tokens
 equal the extended ones.
 
-    .venv/bin/python benchmarks/regime/extend_budget.py --model qwen2.5-coder-0.5b-instruct --dtype float32 \
+    .venv/bin/python -m benchmarks.regime.extend_budget --model qwen2.5-coder-0.5b-instruct --dtype float32 \
       --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz --docs 0:100 --to 512 --verify 2
 """
 
@@ -24,7 +24,6 @@ import dataclasses
 import json
 import sys
 import time
-from pathlib import Path
 
 from lm_eval.tasks import TaskManager
 
@@ -34,8 +33,7 @@ from lover_lmeval.core.decode.decoding import DecodingConfig, iter_branches
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.pipeline import Pipeline
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import add_question_options, docs_range, model_path, task_contexts, task_docs  # noqa: E402
+from benchmarks.bench_common import add_question_options, docs_range, model_path, task_contexts, task_docs
 
 
 def cut_share(records: list[list[Branch]]) -> float:

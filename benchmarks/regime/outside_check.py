@@ -8,7 +8,7 @@ wrote, and one arm of `regime_arms.py`'s report, and puts both runs side by side
 sum / max accuracy, mean per-question AUROC (as `diagnostics.diagnose`), paired bootstrap of ours - theirs (sum)
 and theirs - majority. `agrees`: the ours - theirs interval covers 0 and |ΔAUROC| <= 0.03. Example:
 
-    .venv/bin/python benchmarks/regime/outside_check.py --authors-log /tmp/llm-lover/log/log_file_X/log_X.log \
+    .venv/bin/python -m benchmarks.regime.outside_check --authors-log /tmp/llm-lover/log/log_file_X/log_X.log \
       --export /tmp/lover-authors-input --ours benchmarks/results/regime_qwen2.5-coder-0.5b-instruct/arms.json \
       --ours-row "layer 12 | A': regime=authors + select dev:66 [dev66]" --label "0.5B layer 12" --out /tmp/check.json
 """

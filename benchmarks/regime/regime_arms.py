@@ -20,7 +20,7 @@ of the same prompts, greedy and majority of the fp32 branches paired with the bf
 Example (1.5B, bf16):
 
     LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
-      .venv/bin/python benchmarks/regime/regime_arms.py \
+      .venv/bin/python -m benchmarks.regime.regime_arms \
       --model qwen2.5-coder-1.5b-instruct --dtype bfloat16 --test-docs 0:150 --dev-docs 200:266 --layers 14,28 \
       --out benchmarks/results/regime_qwen2.5-coder-1.5b-instruct/arms.json
 """
@@ -39,7 +39,7 @@ import torch
 from lm_eval.tasks import TaskManager
 
 from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
-from lover_lmeval.apps.train import task_extractor
+from lover_lmeval.apps.samples import task_extractor
 from lover_lmeval.core.select.answers import get_extractor
 from lover_lmeval.core.store.bank import BankConfig
 from lover_lmeval.core.verify.checkpoints import gold_labels_used, label_tag, load_checkpoint
@@ -53,8 +53,7 @@ from lover_lmeval.core.stats import paired_bootstrap
 from lover_lmeval.core.verify.verifier import VerifierConfig, config_from_string, fit
 from lover_lmeval.harness.model import LoverLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import (  # noqa: E402
+from benchmarks.bench_common import (
     BANKS, add_model_options, docs_range, model_path, task_contexts, task_docs)
 
 BASELINES = ("greedy", "majority", "cot_max", "cot_sum")

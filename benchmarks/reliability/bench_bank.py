@@ -4,7 +4,7 @@
 Writes every record of SOURCE into a fresh bank of each kind the way a decode does (one durable write per question),
 then opens it and reads every question back through `BranchBank`. Reports file size, write and read time.
 
-    .venv/bin/python benchmarks/reliability/bench_bank.py \
+    .venv/bin/python -m benchmarks.reliability.bench_bank \
         benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz --out benchmarks/results/bench_bank.json
 """
 

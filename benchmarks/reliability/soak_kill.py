@@ -9,7 +9,7 @@ end, and checks: every question banked before the kill is read back, not decoded
 twice (duplicated); the final metrics equal the uninterrupted run's (mismatched). Banks alternate between SQLite
 and gzip. A trial whose run ended before its kill counts as a trial, not a kill; trials go on until --kills kills.
 
-    LOVER_DATA_DIR=../shared/data .venv/bin/python benchmarks/reliability/soak_kill.py --kills 50 \
+    LOVER_DATA_DIR=../shared/data .venv/bin/python -m benchmarks.reliability.soak_kill --kills 50 \
         --out benchmarks/results/soak/soak_kill.json
 """
 
@@ -25,8 +25,7 @@ from pathlib import Path
 
 from lover_lmeval.core.store.bank_store import open_store
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `tests.*` when run as a file
-from tests.test_kill import LIMIT, kill_after, metrics, run  # noqa: E402
+from tests.test_kill import LIMIT, kill_after, metrics, run
 
 
 def keys(bank: Path) -> list[str]:

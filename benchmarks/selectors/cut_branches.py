@@ -5,7 +5,7 @@ extractor's answer, its fallback included) and under rule R (a `length` branch w
 none); greedy stays branch 0's extracted answer under both (benchmarks/runs/run19_cut_branches_selectors.md, A, says
 why). No model runs.
 
-    python benchmarks/selectors/cut_branches.py --out benchmarks/results/cut_branches.json
+    python -m benchmarks.selectors.cut_branches --out benchmarks/results/cut_branches.json
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -23,8 +22,7 @@ from lover_lmeval.core.files import atomic_path
 from lover_lmeval.core.select.selection import STRATEGIES, Question
 from lover_lmeval.core.stats import paired_bootstrap
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bank_sets import SETS, load_set  # noqa: E402
+from benchmarks.bank_sets import SETS, load_set
 
 SELECTORS = ("greedy", "majority", "cot_max", "cot_sum")
 

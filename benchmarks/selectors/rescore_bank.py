@@ -27,10 +27,10 @@ committed bank (each record's precision read from its key; a rerun resumes):
 
     export LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
     for bank in benchmarks/banks/*/*.jsonl.gz; do
-      .venv/bin/python benchmarks/selectors/rescore_bank.py "$bank" --device cuda
+      .venv/bin/python -m benchmarks.selectors.rescore_bank "$bank" --device cuda
     done
 
-or one bank, e.g. `.venv/bin/python benchmarks/selectors/rescore_bank.py
+or one bank, e.g. `.venv/bin/python -m benchmarks.selectors.rescore_bank
 benchmarks/banks/smollm2-135m-instruct/lover_gsm8k-test.jsonl.gz --limit 2` (the model is the bank's folder name,
 fetched by ../shared/bin/get-model; --model or --gguf to override).
 """
@@ -50,8 +50,7 @@ from lover_lmeval.core.decode.decoding import MODES, DecodingConfig
 from lover_lmeval.core.loading import model_identity, sha256_file
 from lover_lmeval.core.decode.token_stats import STAT_NAMES, decode_stats, encode_stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import RESULTS, UNTIL, add_model_options, load_model, model_path  # noqa: E402
+from benchmarks.bench_common import RESULTS, UNTIL, add_model_options, load_model, model_path
 
 SIDECARS = RESULTS / "selectors"
 BUDGETS = (128, 256, 512, 1024, 2048)  # max_gen_toks the banks were decoded with (part of their keys)

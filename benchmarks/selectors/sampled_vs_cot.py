@@ -7,24 +7,22 @@ accuracy minus majority on each bank (paired within the bank), accuracy on the s
 (paired by question across the banks), and per path score its AUROC on both. It describes; it chooses nothing (the
 recommendation rule reads the CoT-decoding sets only).
 
-    python benchmarks/selectors/sampled_vs_cot.py   # after selectors_run.py --set 0.5b/gsm8k and 0.5b/gsm8k_sample
+    python -m benchmarks.selectors.sampled_vs_cot   # after selectors_run.py --set 0.5b/gsm8k and 0.5b/gsm8k_sample
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from lover_lmeval.core.files import write_text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bench_common import RESULTS  # noqa: E402
-from benchmarks.selectors.pooled import interval, paired  # noqa: E402
-from benchmarks.selectors.selectors_table import ORACLE, path_aurocs, set_rows  # noqa: E402
+from benchmarks.bench_common import RESULTS
+from benchmarks.selectors.pooled import interval, paired
+from benchmarks.selectors.selectors_table import ORACLE, path_aurocs, set_rows
 
 PAIRS = {"0.5b/gsm8k_sample": "0.5b/gsm8k"}  # sampled set -> the CoT-decoding set of the same questions
 

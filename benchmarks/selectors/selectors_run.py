@@ -6,7 +6,7 @@ kept per question in the local feature cache, so a killed run resumes where it s
 every registered strategy, and per branch the path scores (with whether the branch's stated answer is right) for
 AUROC. The report holds per-question outcomes and picks, so `selectors_table.py` pairs any two rows afterwards.
 
-    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/selectors/selectors_run.py \\
+    LOVER_DATA_DIR=../shared/data HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.selectors.selectors_run \\
         --set 135m/gsm8k   # -> benchmarks/results/selectors/135m_gsm8k.json (--out-dir to change)
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -27,9 +26,8 @@ from lover_lmeval.core.select.selection import ORACLES, STRATEGIES, select
 from lover_lmeval.core.select.selectors import DEEPCONF_WINDOW, lowest_window_mean
 from lover_lmeval.harness.model import LoverLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bank_sets import SETS, load_set, model_source  # noqa: E402
-from benchmarks.bench_common import BANKS, RESULTS, UNTIL  # noqa: E402
+from benchmarks.bank_sets import SETS, load_set, model_source
+from benchmarks.bench_common import BANKS, RESULTS, UNTIL
 
 CHUNK = 10  # questions a featurise call: progress is logged (and cached) this often
 

@@ -7,14 +7,13 @@ resamples, seed 0), per selector and set. The recommendation per task family fol
 the highest pooled accuracy is recommended if its pooled interval against majority lies above 0, else majority voting.
 Sets of other sizes are shown, not used to choose; a family with no 0.5B set yet gets no recommendation.
 
-    python benchmarks/selectors/selectors_table.py
+    python -m benchmarks.selectors.selectors_table
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +25,11 @@ from lover_lmeval.core.stats import auroc
 from lover_lmeval.core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CONSTANT_ANSWER_SHARE, constant_answer,
                                               top_pick)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.*` when run as a file
-from benchmarks.bank_sets import BankSet  # noqa: E402
-from benchmarks.bench_common import REPO, RESULTS  # noqa: E402
-from benchmarks.selectors.leaderboard_figure import draw  # noqa: E402
-from benchmarks.selectors.lover_standing import lover_standing, markdown_lines, readme_lines  # noqa: E402
-from benchmarks.selectors.pooled import FAMILIES, interval, paired, pool  # noqa: E402
+from benchmarks.bank_sets import BankSet
+from benchmarks.bench_common import REPO, RESULTS
+from benchmarks.selectors.leaderboard_figure import draw
+from benchmarks.selectors.lover_standing import lover_standing, markdown_lines, readme_lines
+from benchmarks.selectors.pooled import FAMILIES, interval, paired, pool
 
 SELECTION_SIZE = "0.5b"
 ORACLE = "pass_at_n"

@@ -1,8 +1,10 @@
 """`lover` command line: `lover igsm` (iGSM problems), `lover train` (fit a verifier), `lover compare`.
 
 Subcommand modules are imported only when their subcommand runs, so `lover --help` stays instant; and they import
-torch, lm-eval, transformers and every core module (core/__init__.py loads torch) inside the functions that run the
-command, never at their top, so `lover <subcommand> --help` is instant too (tests/test_cli_help.py).
+torch, lm-eval, transformers and every core module (core/__init__.py loads torch) only in the `run` function that runs
+the command, never at their top, so `lover <subcommand> --help` is instant too (tests/test_cli_help.py). `train` and
+`compare` are recipes (train.py, compare.py) with their settings in settings.py; their command lines, train_cli.py
+and compare_cli.py, import the recipe in that one place.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import sys
 # name -> (module with add_arguments(parser) and run(args) -> int, one-line help)
 SUBCOMMANDS = {
     "igsm": ("lover_lmeval.apps.igsm", "generate iGSM grade-school problems (mod 23) as jsonl"),
-    "train": ("lover_lmeval.apps.train", "decode a task's training split and fit a LoVer verifier checkpoint"),
-    "compare": ("lover_lmeval.apps.compare", "leaderboard of selection strategies with bootstrap intervals (via lm-eval)"),
+    "train": ("lover_lmeval.apps.train_cli", "decode a task's training split and fit a LoVer verifier checkpoint"),
+    "compare": ("lover_lmeval.apps.compare_cli", "leaderboard of selection strategies with bootstrap intervals (via lm-eval)"),
     "bank": ("lover_lmeval.apps.bank", "inspect a branch bank or convert it (SQLite, gzip, plain JSON lines)"),
 }
 

@@ -8,10 +8,13 @@ labelled ceiling and says so in its name.
   correct and incorrect branches), mean score of correct vs incorrect branches, expected calibration
   error (10 equal-width bins, p_i read as P(branch correct)), and answer-group statistics: groups per
   question, gold among the answers (pass@N), gold group largest (majority right), gold group scored
-  highest (the verifier's pick right), and the share of answered questions given LoVer(sum)'s most common pick (near 1: a
-  constant answer, the fit separated the answers' texts rather than right from wrong; RESULTS.md run 10).
-- `pick_shares`: the same share for every strategy row, from lm-eval's own filtered answers: greedy, short3 and
-  LoVer all won navigate by answering one way (run 19 B).
+  highest (the verifier's pick right), and the share of answered questions given LoVer(sum)'s most common pick
+  (near 1: a constant answer, the fit separated the answers' texts rather than right from wrong: every binary
+  test-time fit on the full BBH sets did, benchmarks/runs/run10_bbh_navigate_full.md).
+- `pick_shares`: the same share for every strategy row, from lm-eval's own filtered answers: a row can beat majority
+  on a skewed two-answer set by answering one way (greedy, short3 and LoVer all did on BBH navigate,
+  benchmarks/runs/run19_cut_branches_selectors.md).
+- `accuracy_vs_n`: majority and LoVer(sum) on the first n branches, n = 1..N, the verifier refit label-free on them.
 - `layer_sweep`: the label-free fit refit on features of each layer, accuracy of LoVer max/sum and
   AUROC per layer. Features come from the results when lover_hf kept them (`extra_layers=`, nearly free
   while decoding), else passes over the branches' tokens (similar lengths together) for all layers.
@@ -115,6 +118,21 @@ def pick_shares(samples: list[dict]) -> dict[str, dict]:
 def strategy_correct(results: list, gold: list[str], strategy: str, extract, verifier: str = "lover") -> np.ndarray:
     """(Q,) 1.0 where `strategy` (selection.py) picks the gold answer."""
     return np.array([float(select(r, strategy, extract, verifier=verifier) == g) for r, g in zip(results, gold)])
+
+
+def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, config=None,
+                  device=None) -> dict[str, list[float]]:
+    """Majority and LoVer(sum) using only the first n branches, n = 1..N (verifier refit on them, on `device`). The
+    point n = N is the test-time fit's inputs when every question has N branches: that fit is reused, not redone
+    (fit_cache.FITS, which only ever reuses a fit of identical inputs)."""
+    n_max = min(len(r.branches) for r in results)
+    curves = {"n": list(range(1, n_max + 1)), "majority": [], "lover_sum": []}
+    for n in curves["n"]:
+        subset = [LoverResult(r.branches[:n], r.stored_features[:n], None, r.layer) for r in results]
+        fit_on_results(subset, extract_name, config, device)
+        for strategy in ("majority", "lover_sum"):
+            curves[strategy].append(float(strategy_correct(subset, gold, strategy, extract).mean()))
+    return curves
 
 
 def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[str], extract, extract_name: str,

@@ -7,5 +7,5 @@ JOB=benchmarks/results/gpu_run29/job.sh \
   GGUFS="qwen2.5-coder-1.5b-instruct:cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046" \
   DEFAULT_STEPS="ceiling lmeval_vllm lover_static lover_default profile" \
   BANKS_BACK="run29/bank_static.jsonl.gz run29/bank_default.jsonl.gz" \
-  SMOKE="python3 benchmarks/performance/vllm_ceiling.py --smoke /root/w/tok --out /root/w/smoke/smoke.json" \
+  SMOKE="python3 -m benchmarks.performance.vllm_ceiling --smoke /root/w/tok --out /root/w/smoke/smoke.json" \
   exec bash "$(dirname "$0")/../../gpu_device.sh" "$@"

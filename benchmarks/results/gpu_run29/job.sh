@@ -35,7 +35,7 @@ ARGS="--tasks lover_gsm8k --limit $LOVER_Q --apply_chat_template --batch_size au
 # no network: the engine's processes meet on loopback; vLLM 0.26's sampler imports flashinfer, which is not
 # carried, unless its sampler is switched off (the PyTorch top-k/top-p path)
 export VLLM_HOST_IP=127.0.0.1 VLLM_USE_FLASHINFER_SAMPLER=0
-want ceiling && run ceiling "$CEIL_S" $PY benchmarks/performance/vllm_ceiling.py --model-dir "$F" \
+want ceiling && run ceiling "$CEIL_S" $PY -m benchmarks.performance.vllm_ceiling --model-dir "$F" \
   --questions "$VLLM_Q" --features-questions "$LOVER_Q" --out "$O/vllm_ceiling.json"
 want lover_static && run lover_static "$LOVER_S" $PY -m lm_eval --model lover_hf --model_args \
   "gguf_file=$G,dtype=bfloat16,static_cache=true,compile_step=true,bank=$B/run29/bank_static.jsonl.gz" $ARGS \
@@ -45,7 +45,7 @@ want lover_default && run lover_default "$LOVER_S" $PY -m lm_eval --model lover_
 want lmeval_vllm && run lmeval_vllm "$LMEVAL_S" $PY -m lm_eval --model vllm --model_args \
   "pretrained=$F,dtype=bfloat16,gpu_memory_utilization=0.6,max_model_len=2048,seed=0" --tasks bench_gsm8k_sc10 \
   --include_path benchmarks/tasks --limit "$VLLM_Q" --apply_chat_template --batch_size auto --output_path "$O/lmeval_vllm"
-want profile && run profile "$PROFILE_S" $PY benchmarks/performance/loop_ab.py --model $M --gguf "$G" --device cuda \
+want profile && run profile "$PROFILE_S" $PY -m benchmarks.performance.loop_ab --model $M --gguf "$G" --device cuda \
   --dtype bfloat16 --questions 10 --rows 100 --max-new-tokens 128 --rounds 1 --compile --profile --profile-tokens 32 \
   --output "$O/loop_ab_$M.json"
 kill $SMI

@@ -228,10 +228,10 @@ def stated_answer(extract: Extractor, branch) -> Answer | None:
     a branch cut at the token budget (`finish_reason == "length"`) whose answer came from the fallback states none.
 
     An unfinished branch's last number or word is where the budget stopped it, not its answer ("...at the farmers'
-    market daily for $2 per fresh duck" -> 2). Pre-registered and measured on every banked set (benchmarks/RESULTS.md
-    run 19 A): +0.050 [+0.023, +0.080] for majority voting on GSM8K at 1.5B, within +-0.006 of no change pooled at
-    0.5B. A cut branch that stated a marked answer before the budget keeps it; a plain string (no finish reason) is
-    read as the extractor reads it."""
+    market daily for $2 per fresh duck" -> 2). Pre-registered and measured on every banked set
+    (benchmarks/runs/run19_cut_branches_selectors.md): +0.050 [+0.023, +0.080] for majority voting on GSM8K at 1.5B,
+    within +-0.006 of no change pooled at 0.5B. A cut branch that stated a marked answer before the budget keeps it;
+    a plain string (no finish reason) is read as the extractor reads it."""
     answer = extract(branch.text)
     if answer is not None and not answer.marked and getattr(branch, "finish_reason", None) == "length":
         return None

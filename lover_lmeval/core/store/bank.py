@@ -107,8 +107,9 @@ def record_settings(decoding: DecodingConfig, until: list[str], max_gen_toks: in
     # as they were, keeping every bank written before engines existed valid.
     if engine != "hf":
         settings["engine"] = engine
-    # Greedy branches in bf16 differ from fp32 ones (benchmarks/RESULTS.md), so they never share a record; fp32 keys
-    # stay as they were, keeping every bank decoded before dtype was part of the key valid.
+    # Greedy branches in bf16 differ from fp32 ones (29 of 100 equal on a CPU,
+    # benchmarks/runs/perf3_continuous_batching.md), so they never share a record; fp32 keys stay as they were,
+    # keeping every bank decoded before dtype was part of the key valid.
     if dtype != "float32":
         settings["dtype"] = dtype
     # Sampled branches come from a generator per question (decoding.question_seed); older sample records, drawn from

@@ -39,7 +39,8 @@ ROW_TERMS = ("nega", "intra", "inter", "inter_raw")
 #: A step whose probe input holds fewer floats than this runs on one CPU thread. Its matrix products are too small to
 #: gain from a second thread, and each op's fork and join cost more than the op: measured on a 2-core CPU shared with
 #: other jobs (load 3.5-4), a 40-question regime=authors fit of 300 epochs took 71 s on torch's 2 threads and 2.5 s
-#: on one (the loop before fit_steps.py, 1000 epochs: 455 s and 23 s), to the same numbers (run25_fit_speed.md).
+#: on one (the loop before fit_steps.py, 1000 epochs: 455 s and 23 s), to the same numbers
+#: (benchmarks/runs/run25_fit_speed.md).
 #: 40 questions x 10 branches x 2 views x 576 dims is 0.46M floats; 400 questions (4.6M) keep torch's threads.
 ONE_THREAD_BELOW = 2**21
 

@@ -81,15 +81,16 @@ def balance_loss(p_pos: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor, 
     """No answer string should win everywhere it appears (a label-free prior across questions; experimental).
 
     Why it exists: on a two-answer task "always pick answer a" satisfies negation, intra- and inter-group
-    terms at once, because the features separate the answers' texts (benchmarks/RESULTS.md run 10). With
+    terms at once, because the features separate the answers' texts (every binary test-time fit on the full BBH sets
+    did: benchmarks/runs/run10_bbh_navigate_full.md). With
     ``p_hat`` the normalised group distribution of :func:`inter_group_loss`, for every answer string ``a``
     that is a candidate in ``n_a >= min_questions`` questions of the batch:
     ``c_a = (1/n_a) sum_{q contains a} p_hat_{q,a}`` (how often ``a`` is chosen where it could be) and
     ``u_a = (1/n_a) sum_{q contains a} 1/G_q`` (the same for a verifier without preference), and
     ``L_balance = mean_a (c_a - u_a)^2``.  Branches without an answer (``answer_ids = -1``) do not count.
     A constant answer on a two-answer task costs 0.25; answers split in proportion to chance cost 0.
-    Measured (RESULTS.md run 11, weight 10): it breaks the constant answer on four of five two-answer sets,
-    but the split it finds is no better than the constant, so it is not a default.
+    Measured at weight 10 (benchmarks/runs/run11_bbh_multistep_full.md): it breaks the constant answer on four of
+    five two-answer sets, but the split it finds is no better than the constant, so it is not a default.
     """
     _check(p_pos, mask, groups)
     assert answer_ids.shape == p_pos.shape, f"answer_ids must be {tuple(p_pos.shape)}, got {tuple(answer_ids.shape)}"

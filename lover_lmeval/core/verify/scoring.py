@@ -120,9 +120,10 @@ def one_sided(scores: list[np.ndarray], share: float = 0.95) -> str | None:
     `share` of them every branch does; else None. `scores` holds one (N,) array per question.
 
     A label-free sign of a degenerate fit, judged on what selection sees: a question whose every branch is called
-    false gets its answer from differences among "false" verdicts, not from a learnt notion of correctness
-    (benchmarks/RESULTS.md). Per question, not per branch: a held-out fit whose highest score was 0.258 (median
-    0.067) called every answer false, yet only 70% of its branches lay within 0.05 of 0.
+    false gets its answer from differences among "false" verdicts, not from a learnt notion of correctness (the
+    "every answer false" corner of benchmarks/runs/run03_gpu_gsm8k400_hotpotqa_bbh.md). Per question, not per
+    branch: a held-out fit whose highest score was 0.258 (median 0.067) called every answer false, yet only 70% of
+    its branches lay within 0.05 of 0.
     """
     scores = [s for s in scores if s.size]
     if not scores:
@@ -146,7 +147,8 @@ def constant_answer(picks: list[str], share: float = CONSTANT_ANSWER_SHARE,
 
     A label-free sign of a fit that separated the answers' texts instead of right from wrong: on a task with few
     possible answers (yes/no, True/False) it then gives the same answer to every question, and scores that
-    answer's base rate (benchmarks/RESULTS.md run 10: every binary test-time fit at full size did).
+    answer's base rate (every binary test-time fit on the full BBH sets did:
+    benchmarks/runs/run10_bbh_navigate_full.md).
     """
     answered = [pick for pick in picks if pick]
     if len(answered) < min_questions:

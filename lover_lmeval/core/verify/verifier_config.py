@@ -76,11 +76,11 @@ class VerifierConfig:
     """Label-free orientation after the fit (``scoring.orient_by``): flip the verifier (swap p+ and p-, i.e.
     score -> 1 - score) when its branch scores fall as a per-branch signal rises (Spearman < 0 over the training
     branches). The paper's objective does not fix which way a fit that ends near "every answer false" or at p = 0.5
-    ranks the branches (label-free AUROC 0.15-0.43 in benchmarks/RESULTS.md runs 3-4). ``"vote"``: the share of the
-    question's branches giving the same answer; it inherits the vote's bias and flips fits that rightly overrule it
-    (BBH boolean_expressions 0.63 -> 0.37). ``"confidence"``: CoT-decoding's answer-span margin; right in 16 of 18
-    fits on the sets it was designed on (RESULTS.md run 5) but 8 of 14 on held-out sets (run 6), so neither
-    is a default. ``"none"`` (default): the paper's method."""
+    ranks the branches (label-free AUROC 0.15-0.43 in benchmarks/runs/run03_gpu_gsm8k400_hotpotqa_bbh.md and
+    run04_igsm_mmlu_pro_decoding.md). ``"vote"``: the share of the question's branches giving the same answer; it
+    inherits the vote's bias and flips fits that rightly overrule it (BBH boolean_expressions 0.63 -> 0.37). ``"confidence"``: CoT-decoding's answer-span margin; right in 16 of 18
+    fits on the sets it was designed on (benchmarks/runs/run05_orientation.md) but 8 of 14 on held-out sets
+    (run06_orientation_held_out.md), so neither is a default. ``"none"`` (default): the paper's method."""
     batch_questions: int = 64
     """Questions per optimisation step; 0 means full batch.  Mini-batches converge in fewer
     FLOPs: at D=896, 1000 questions, signal 0.4, lr 1e-3, 100 full-batch steps reached 0.84

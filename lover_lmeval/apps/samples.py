@@ -1,0 +1,106 @@
+"""lm-eval's side of `lover compare`: a task's extractor and metric, checked before the model loads, and its logged
+samples read as per-strategy 0/1 rows over questions (scored as the task's metric scores them)."""
+
+from __future__ import annotations
+
+import numpy as np
+from lm_eval.api.registry import DEFAULT_METRIC_REGISTRY
+
+from ..data.tasks import normalise_target
+from .diagnostics import strategy_correct
+
+# The metrics whose per-sample value is the 0/1 correctness of the filter's pick, which every row needs
+READABLE_METRICS = ("lover_match", "exact_match")
+
+
+class TaskNotComparable(ValueError):
+    """A task `lover compare` cannot score (no one lover_select extractor, or no metric it can read); raised before
+    the model loads, and `lover compare` prints it as a one-line refusal."""
+
+
+def task_extractor(task) -> str:
+    """The extractor named by the task's lover_select filters (its one source of truth)."""
+    names = {step.get("extract") for entry in (task.config.filter_list or []) for step in entry.get("filter", [])
+             if step.get("function") == "lover_select"}
+    if len(names) != 1 or None in names:
+        raise ValueError(f"task {task.config.task!r} must name exactly one extractor in its lover_select "
+                         f"filters (found {sorted(map(str, names))}); include one of the _lover_<extractor>.yaml bases.")
+    return names.pop()
+
+
+def task_metric(task) -> tuple[str, str | None]:
+    """The first of READABLE_METRICS in the task's metric_list (lm-eval's default for the task's output type when it
+    has none), and the extractor that metric reads the gold answer with: lover_match's `extract` (its own default
+    "number"), None for exact_match (the target as text)."""
+    entries = task.config.metric_list
+    if entries is None:
+        entries = [{"metric": name} for name in DEFAULT_METRIC_REGISTRY.get(task.config.output_type, [])]
+    # a metric may be a function (`metric: !function utils.score`); lm-eval names its samples' key after it
+    names = [m if isinstance(m, str) else getattr(m, "__name__", repr(m)) for m in (e.get("metric") for e in entries)]
+    for name, entry in zip(names, entries):
+        if name in READABLE_METRICS:
+            return name, entry.get("extract", "number") if name == "lover_match" else None
+    raise TaskNotComparable(
+        f"lover compare cannot read the metric of task {task.config.task!r} (found {names}): it needs each question's "
+        f"0/1 score of the selected answer; list `metric: lover_match` (as README's 'Bring your own task' does) or "
+        f"`metric: exact_match` (targets already in the extractor's normal form) in the task's metric_list.")
+
+
+def check_task(task) -> tuple[str, str, str | None]:
+    """The task's extractor, metric and the metric's gold extractor (task_metric), or TaskNotComparable naming what
+    is wrong: what `compare` checks of every task before any model loads or decodes."""
+    try:
+        extract_name = task_extractor(task)
+    except ValueError as error:
+        raise TaskNotComparable(f"lover compare: {error}") from None
+    return extract_name, *task_metric(task)
+
+
+def metric_gold(target, gold_extract: str | None) -> str:
+    """The gold answer as the metric compares it: the stripped text (exact_match, `gold_extract=None`), else its
+    normal form under `gold_extract` ("51.0" -> "51"; the stripped text when that extractor cannot read it), as
+    lover_match does (harness/metric.py), so the rows computed here (verifier rows, diagnostics, curves) agree."""
+    gold = str(target).strip()
+    if gold_extract is None:
+        return gold
+    try:
+        return normalise_target(gold, gold_extract)
+    except ValueError:
+        return gold
+
+
+def verifier_rows(results: list, gold: list[str], extract, verifier: str, prefix: str,
+                  tag: str = "") -> dict[str, np.ndarray]:
+    """Rows `{prefix}_max{tag}` / `{prefix}_sum{tag}`: LoVer selection with the scores of `verifier`; `tag` says
+    how many gold labels made it (checkpoints.label_tag)."""
+    return {f"{prefix}_{reduce}{tag}": strategy_correct(results, gold, f"lover_{reduce}", extract, verifier)
+            for reduce in ("max", "sum")}
+
+
+def table_from_samples(samples: list[dict], extract, metric: str = "exact_match", gold_extract: str | None = None
+                       ) -> tuple[dict[str, np.ndarray], list, list[str], list[int]]:
+    """Per-strategy 0/1 correctness over questions (sorted by doc_id) from lm-eval's logged samples, as `metric`
+    scored them; the results, the gold answers as `metric` reads them (metric_gold), the doc_ids."""
+    by_filter: dict[str, dict[int, float]] = {}
+    results, targets = {}, {}
+    for sample in samples:
+        if metric not in sample:
+            raise TaskNotComparable(f"lover compare reads metric {metric!r}, but lm-eval's samples carry "
+                                    f"{sample.get('metrics')}; name the task's metric in its metric_list.")
+        by_filter.setdefault(sample["filter"], {})[sample["doc_id"]] = float(sample[metric])
+        results[sample["doc_id"]] = sample["resps"][0][0]
+        targets[sample["doc_id"]] = metric_gold(sample["target"], gold_extract)
+    ids = sorted(results)
+    table = {name: np.array([rows[i] for i in ids]) for name, rows in by_filter.items()}
+    ordered = [results[i] for i in ids]
+    gold = [targets[i] for i in ids]
+    if all("supervised" in getattr(r, "verifier_probs", {}) for r in ordered):
+        table.update(verifier_rows(ordered, gold, extract, "supervised", "supervised"))
+    return table, ordered, gold, ids
+
+
+def tagged_rows(tags: dict[str, str], verifiers: list[str]) -> dict[str, str]:
+    """Row name -> the name it is shown under: a verifier made with gold labels says how many in its rows' names
+    (`lover_max` -> `lover_max[dev66]`, checkpoints.label_tag); a label-free one ("" tag) keeps its names."""
+    return {f"{name}_{reduce}": f"{name}_{reduce}{tags[name]}" for name in verifiers for reduce in ("max", "sum")
+            if tags.get(name)}
