@@ -11,30 +11,8 @@ PY=${PY:-python3}; STEPS=${STEPS:-ceiling lmeval_vllm lover_static lover_default
 JOB_S=${JOB_S:-540}; CEIL_S=${CEIL_S:-180}; LMEVAL_S=${LMEVAL_S:-100}; LOVER_S=${LOVER_S:-110}; PROFILE_S=${PROFILE_S:-120}
 VLLM_Q=${VLLM_Q:-400}; LOVER_Q=${LOVER_Q:-100}
 M=${M:-qwen2.5-coder-1.5b-instruct}
-END=$(( $(date +%s) + JOB_S ))
-want() { [[ " $STEPS " == *" $1 "* ]]; }
-step() { echo "=== $(date -u +%H:%M:%S) $*"; }
-cap() { local left=$(( END - $(date +%s) - 5 )); echo $(( $1 < left ? $1 : left )); }
-run() {  # run NAME CAP CMD...: capped, timed, logged to $O/NAME.log; skipped when under 20 s are left
-  local name=$1 limit; limit=$(cap "$2"); shift 2
-  [ "$limit" -lt 20 ] && { step "$name not run: ${limit}s left"; return; }
-  step "$name (cap ${limit}s)"; local began=$(date +%s%N)
-  timeout "$limit" "$@" > "$O/$name.log" 2>&1; local rc=$?
-  step "$name ended with $rc after $(( ($(date +%s%N) - began) / 1000000 )) ms"
-}
-cd "$R" || exit 1
-mkdir -p "$B/run29" benchmarks/banks/$M && cp "$B/$M/lover_gsm8k-test.jsonl.gz" benchmarks/banks/$M/ 2>/dev/null
-nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -lms 1000 > "$O/smi.csv" &
-SMI=$!
-step "conversion: waiting"
-while pgrep -f convert_gguf > /dev/null; do sleep 1; done
-F=$($PY -c "from pathlib import Path; from lover_lmeval.core.loading import convert_gguf; print(convert_gguf(Path('$G')))" \
-  2>> "$O/convert_wait.log" | tail -1)
-step "model folder $F"
+source "$R/benchmarks/gpu_job_lib.sh" && start_job run29
 ARGS="--tasks lover_gsm8k --limit $LOVER_Q --apply_chat_template --batch_size auto --gen_kwargs max_gen_toks=256"
-# no network: the engine's processes meet on loopback; vLLM 0.26's sampler imports flashinfer, which is not
-# carried, unless its sampler is switched off (the PyTorch top-k/top-p path)
-export VLLM_HOST_IP=127.0.0.1 VLLM_USE_FLASHINFER_SAMPLER=0
 want ceiling && run ceiling "$CEIL_S" $PY -m benchmarks.performance.vllm_ceiling --model-dir "$F" \
   --questions "$VLLM_Q" --features-questions "$LOVER_Q" --out "$O/vllm_ceiling.json"
 want lover_static && run lover_static "$LOVER_S" $PY -m lm_eval --model lover_hf --model_args \

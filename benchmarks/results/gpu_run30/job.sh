@@ -8,28 +8,7 @@ set -u
 PY=${PY:-python3}; STEPS=${STEPS:-vllm_cot hf_default hf_static lmeval_vllm ceiling vllm_sample profile}
 JOB_S=${JOB_S:-540}; LOVER_Q=${LOVER_Q:-100}; VLLM_Q=${VLLM_Q:-100}
 M=${M:-qwen2.5-coder-1.5b-instruct}
-END=$(( $(date +%s) + JOB_S ))
-want() { [[ " $STEPS " == *" $1 "* ]]; }
-step() { echo "=== $(date -u +%H:%M:%S) $*"; }
-cap() { local left=$(( END - $(date +%s) - 5 )); echo $(( $1 < left ? $1 : left )); }
-run() {  # run NAME CAP CMD...: capped, timed, logged to $O/NAME.log; skipped when under 20 s are left
-  local name=$1 limit; limit=$(cap "$2"); shift 2
-  [ "$limit" -lt 20 ] && { step "$name not run: ${limit}s left"; return; }
-  step "$name (cap ${limit}s)"; local began=$(date +%s%N)
-  timeout "$limit" "$@" > "$O/$name.log" 2>&1; local rc=$?
-  step "$name ended with $rc after $(( ($(date +%s%N) - began) / 1000000 )) ms"
-}
-cd "$R" || exit 1
-mkdir -p "$B/run30" benchmarks/banks/$M && cp "$B/$M/lover_gsm8k-test.jsonl.gz" benchmarks/banks/$M/ 2>/dev/null
-nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -lms 1000 > "$O/smi.csv" &
-SMI=$!
-step "conversion: waiting"
-while pgrep -f convert_gguf > /dev/null; do sleep 1; done
-F=$($PY -c "from pathlib import Path; from lover_lmeval.core.loading import convert_gguf; print(convert_gguf(Path('$G')))" \
-  2>> "$O/convert_wait.log" | tail -1)
-step "model folder $F"
-# no network: vLLM's processes meet on loopback; its sampler's flashinfer path is not carried (run 29)
-export VLLM_HOST_IP=127.0.0.1 VLLM_USE_FLASHINFER_SAMPLER=0
+source "$R/benchmarks/gpu_job_lib.sh" && start_job run30
 LOVER="--tasks lover_gsm8k --limit $LOVER_Q --apply_chat_template --log_samples --gen_kwargs max_gen_toks=256"
 want vllm_cot && run vllm_cot 150 $PY -m lm_eval --model lover_vllm --model_args \
   "gguf_file=$G,dtype=bfloat16,bank=$B/run30/vllm_cot.jsonl.gz" $LOVER --output_path "$O/vllm_cot"
@@ -41,11 +20,11 @@ want hf_static && run hf_static 170 $PY -m lm_eval --model lover_hf --model_args
 want lmeval_vllm && run lmeval_vllm 110 $PY -m lm_eval --model vllm --model_args \
   "pretrained=$F,dtype=bfloat16,gpu_memory_utilization=0.6,max_model_len=2048,seed=0" --tasks bench_gsm8k_sc10 \
   --include_path benchmarks/tasks --limit "$VLLM_Q" --apply_chat_template --output_path "$O/lmeval_vllm"
-want ceiling && run ceiling 150 $PY benchmarks/performance/vllm_ceiling.py --model-dir "$F" --questions "$VLLM_Q" \
+want ceiling && run ceiling 150 $PY -m benchmarks.performance.vllm_ceiling --model-dir "$F" --questions "$VLLM_Q" \
   --features-questions "$LOVER_Q" --out "$O/vllm_ceiling.json"
 want vllm_sample && run vllm_sample 150 $PY -m lm_eval --model lover_vllm --model_args \
   "gguf_file=$G,dtype=bfloat16,decoding=sample,bank=$B/run30/vllm_sample.jsonl.gz" $LOVER --output_path "$O/vllm_sample"
-want profile && run profile 120 $PY benchmarks/performance/loop_ab.py --model $M --gguf "$G" --device cuda \
+want profile && run profile 120 $PY -m benchmarks.performance.loop_ab --model $M --gguf "$G" --device cuda \
   --dtype bfloat16 --questions 10 --rows 100 --max-new-tokens 128 --rounds 1 --compile --profile --profile-tokens 32 \
   --output "$O/loop_ab_$M.json"
 kill $SMI
