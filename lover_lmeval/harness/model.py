@@ -19,14 +19,14 @@ from ..core.pipeline import Pipeline, log
 from ..core.results import LoverResult
 from .batch_size import questions_per_batch
 from .chat import warn_on_prompt_format
-from .filter import check_filters_before_decoding
+from .filter import check_filters_before_decoding, evaluated_metrics
 from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
 from .model_args import check_before_loading, hub_error, loader_error, one_line_errors, parse_model_args, usage_errors
 from .ranks import fit_every_task
 
 
 #: Logged as decoding starts: what the table lm-eval prints at the end will mean.
-HEADLINE = ("lover_hf rank %d/%d: %d questions x %d branches. The table at the end has one exact_match row per "
+HEADLINE = ("lover_hf rank %d/%d: %d questions x %d branches. The table at the end has one %s row per "
             "selector, each picking one answer per question from these same branches: compare each with majority "
             "(the vote) and greedy; pass_at_n, an oracle that reads the gold answer, is how often any branch is right")
 
@@ -118,7 +118,8 @@ class LoverLM(HFLM):
         for index, request in enumerate(requests):
             groups[repr(sorted(request.args[1].items()))].append(index)
         results: list[LoverResult | None] = [None] * len(requests)
-        log.info(HEADLINE, self.rank, self.world_size, len(requests), self.pipeline.config.decoding.n_branches)
+        log.info(HEADLINE, self.rank, self.world_size, len(requests), self.pipeline.config.decoding.n_branches,
+                 " / ".join(evaluated_metrics()) or "metric")  # the tasks' own metric: lover_match for a user's task
         bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
                    desc=f"lover_hf: {self.pipeline.config.decoding.n_branches} branches per question")
         for indices in groups.values():
