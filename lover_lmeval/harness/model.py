@@ -21,7 +21,8 @@ from .batch_size import questions_per_batch
 from .chat import warn_on_prompt_format
 from .filter import check_filters_before_decoding, evaluated_metrics
 from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
-from .model_args import check_before_loading, hub_error, loader_error, one_line_errors, parse_model_args, usage_errors
+from .model_args import (banked_interrupt, check_before_loading, hub_error, loader_error, one_line_errors,
+                         parse_model_args, usage_errors)
 from .ranks import fit_every_task
 
 
@@ -103,7 +104,12 @@ class LoverLM(HFLM):
         """The pipeline's results for contexts sharing generation kwargs, longest context first (as HFLM)."""
         prompts, until, max_gen_toks = self.prompts(contexts, gen_kwargs)
         batch_size = questions_per_batch(self, max(map(len, prompts)), max_gen_toks)
-        return self.pipeline.run(prompts, until, max_gen_toks, batch_size, [len(c) for c in contexts], on_done)
+        try:
+            return self.pipeline.run(prompts, until, max_gen_toks, batch_size, [len(c) for c in contexts], on_done)
+        except KeyboardInterrupt:  # Ctrl-C: every question decoded so far is banked; say so (one line on the CLI)
+            if self.pipeline.bank is None:
+                raise
+            raise banked_interrupt(self.pipeline.bank) from None
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
         fitting = self.pipeline.config.selection.fit_at_test_time
@@ -120,16 +126,16 @@ class LoverLM(HFLM):
         results: list[LoverResult | None] = [None] * len(requests)
         log.info(HEADLINE, self.rank, self.world_size, len(requests), self.pipeline.config.decoding.n_branches,
                  " / ".join(evaluated_metrics()) or "metric")  # the tasks' own metric: lover_match for a user's task
-        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
-                   desc=f"lover_hf: {self.pipeline.config.decoding.n_branches} branches per question")
-        for indices in groups.values():
-            def done(chunk, chunk_results, indices=indices):
-                for k, result in zip(chunk, chunk_results):
-                    results[indices[k]] = result
-                bar.update(len(chunk))
+        # closed on the way out of an interrupt too, so its last refresh comes before the interrupt's message
+        with tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
+                  desc=f"lover_hf: {self.pipeline.config.decoding.n_branches} branches per question") as bar:
+            for indices in groups.values():
+                def done(chunk, chunk_results, indices=indices):
+                    for k, result in zip(chunk, chunk_results):
+                        results[indices[k]] = result
+                    bar.update(len(chunk))
 
-            self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
-        bar.close()
+                self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
         fit_every_task(self.pipeline, requests, results, self.world_size)  # one fit per task, across ranks
         return results
 
