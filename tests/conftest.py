@@ -97,3 +97,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def golden_baseline(tmp_path_factory) -> tuple[dict, Path]:
+    """The golden run on this machine as it is (tests/golden.py) and the feature cache it filled: compared with
+    `expected.json` by test_golden.py and with perturbed reruns by test_golden_perturbed.py, run once for both."""
+    import json
+
+    from golden import golden_run
+
+    run = tmp_path_factory.mktemp("golden")
+    return json.loads(json.dumps(golden_run(run))), run / "features"

@@ -29,10 +29,17 @@ def _samples(out: Path) -> list[dict]:
 
 
 def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2_dir):
-    out = tmp_path / "out"
-    _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args", "n_branches=3",
-          "--gen_kwargs", "max_gen_toks=24", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples",
-          "--output_path", str(out)], tmp_path)  # no --include_path: the packaged tasks resolve by themselves
+    """The embedded model named as a user names their own GGUF: lm-eval's hint that an instruct model runs without
+    its chat template names that file, not `pretrained=None`; lover_hf's first line names the task's metric."""
+    from lover_lmeval.core.loading import default_gguf
+
+    out, gguf = tmp_path / "out", default_gguf()  # SmolLM2-135M-Instruct...gguf: "instruct" draws lm-eval's hint
+    done = _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args",
+                 f"gguf_file={gguf},n_branches=3", "--gen_kwargs", "max_gen_toks=24", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples",
+                 "--output_path", str(out)], tmp_path)  # no --include_path: the packaged tasks resolve by themselves
+    log = done.stdout + done.stderr
+    assert f"gguf_file={gguf} appears to be an" in log and "pretrained=None" not in log, log[-3000:]
+    assert "The table at the end has one exact_match row per selector" in log
     (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
     results = json.load(open(results_file))
     metrics = results["results"]["lover_gsm8k"]

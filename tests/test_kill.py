@@ -85,3 +85,22 @@ def test_a_killed_run_resumes_from_its_bank_with_identical_metrics(tmp_path, smo
     after = banked_keys(bank)
     assert len(after) == len(set(after)) == LIMIT and set(before) <= set(after)
     assert metrics(tmp_path / "resumed") == metrics(reference)
+
+
+def test_ctrl_c_says_in_one_line_how_many_questions_are_banked_and_that_the_command_resumes(tmp_path, smollm2_dir):
+    """SIGINT (what Ctrl-C sends) once a question is banked: the run ends as an interrupt (status 130, or killed by
+    SIGINT), its last line says how many questions the bank holds and where, and no traceback is printed."""
+    bank = tmp_path / "bank.sqlite"
+    process = subprocess.Popen(command(bank, tmp_path / "out"), cwd=tmp_path, env=environment(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while process.poll() is None and not banked_keys(bank):
+        time.sleep(0.05)
+    assert process.poll() is None, "the run ended before it could be interrupted"
+    process.send_signal(signal.SIGINT)
+    _, errors = process.communicate(timeout=600)
+    banked = len(banked_keys(bank))
+    assert 1 <= banked < LIMIT and process.returncode in (130, -signal.SIGINT), (process.returncode, errors[-3000:])
+    lines = [line.strip() for line in errors.replace("\r", "\n").splitlines() if line.strip()]
+    assert lines[-1] == (f"lover_hf: interrupted: {banked} questions are banked in {bank}; run the same command to "
+                         "resume (banked questions are read back, not decoded again)"), errors[-3000:]
+    assert "Traceback" not in errors, errors[-3000:]

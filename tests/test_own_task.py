@@ -41,6 +41,7 @@ def test_the_readme_own_task_yaml_runs_as_written(tmp_path, tiny_model_dir):
     metrics = json.load(open(results_file))["results"]["my_arith"]
     rows = {key.split(",")[1] for key in metrics if key.startswith("lover_match,")}
     assert rows == {"greedy", "majority", "cot_sum", "lover_sum", "pass_at_n"}
+    assert "The table at the end has one lover_match row per selector" in done.stderr  # the task's metric, named
 
 
 def test_lover_match_compares_in_the_extractors_normal_form():

@@ -21,7 +21,9 @@ labelled ceiling and says so in its name.
 - `branch_records`: every branch's answer, correctness, length, CoT-decoding confidence and verifier scores,
   one record per branch (`lover compare` writes them to `branches.jsonl`).
 - `cross_fit_supervised`: the supervised ceiling by K-fold cross-fitting on the evaluated questions:
-  each fold is scored by a verifier trained with BCE on the gold labels of the other folds only.
+  each fold is scored by a verifier trained with BCE on the gold labels of the other folds only
+  (`supervised_fold_fits`). On a few questions its fit is chaotic: another CPU's rounding lands on another solution
+  (tests/golden.py).
 
 Dimensions: Q questions, N branches, L layers, D hidden size.
 """
@@ -161,21 +163,31 @@ def layer_sweep(model, template_ids: list[list[int]], results: list, gold: list[
     return sweep
 
 
-def cross_fit_supervised(results: list, gold: list[str], extract_name: str, folds: int = 2, seed: int = 0,
-                         config=None) -> list:
-    """Copies of `results` scored by a supervised verifier ("supervised_cv") trained on the other folds."""
+def supervised_fold_fits(results: list, gold: list[str], extract_name: str, folds: int = 2, seed: int = 0,
+                         config=None) -> tuple[np.ndarray, list, torch.Tensor]:
+    """The supervised cross-fit's parts: each question's fold (Q,), one verifier per fold trained with BCE on the gold
+    labels of the other folds only, and the (Q, N, 2, D) features they score."""
     if not 2 <= folds <= len(results):
         raise ValueError(f"folds={folds} must be between 2 and the number of questions ({len(results)}).")
     features, mask, groups, answers = batch_results(results, extract_name)  # (Q, N, 2, D), (Q, N), (Q, N)
     labels = gold_labels(answers, gold, mask.shape[1])  # (Q, N)
     ids = answer_ids(answers, mask.shape[1])  # (Q, N); only a `balance` term in config's restart choice reads it
     fold_of = np.random.default_rng(seed).permutation(len(results)) % folds
-    scored = [LoverResult(r.branches, r.stored_features, dict(r.verifier_probs), r.layer, r.prompt_ids)
-              for r in results]
+    verifiers = []
     for fold in range(folds):
         train = torch.from_numpy(fold_of != fold)
-        verifier = fit(features[train], mask[train], groups[train], config or VerifierConfig(seed=seed),
-                       labels=labels[train], answer_ids=ids[train]).verifier
-        held_out = [scored[q] for q in np.flatnonzero(fold_of == fold)]  # the rows of features[~train], in order
-        store_scores(held_out, verifier, features[~train], "supervised_cv")
+        verifiers.append(fit(features[train], mask[train], groups[train], config or VerifierConfig(seed=seed),
+                             labels=labels[train], answer_ids=ids[train]).verifier)
+    return fold_of, verifiers, features
+
+
+def cross_fit_supervised(results: list, gold: list[str], extract_name: str, folds: int = 2, seed: int = 0,
+                         config=None) -> list:
+    """Copies of `results` scored by a supervised verifier ("supervised_cv") trained on the other folds."""
+    fold_of, verifiers, features = supervised_fold_fits(results, gold, extract_name, folds, seed, config)
+    scored = [LoverResult(r.branches, r.stored_features, dict(r.verifier_probs), r.layer, r.prompt_ids)
+              for r in results]
+    for fold, verifier in enumerate(verifiers):
+        held_out = [scored[q] for q in np.flatnonzero(fold_of == fold)]  # the rows of features[fold_of == fold]
+        store_scores(held_out, verifier, features[torch.from_numpy(fold_of == fold)], "supervised_cv")
     return scored

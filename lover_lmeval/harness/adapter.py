@@ -19,13 +19,13 @@ from ..core.decode.engine import RunSpec
 from ..core.pipeline import Pipeline, log
 from ..core.results import LoverResult
 from .chat import warn_on_prompt_format
-from .filter import check_filters_before_decoding
+from .filter import check_filters_before_decoding, evaluated_metrics
 from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
-from .model_args import usage_errors
+from .model_args import banked_interrupt, usage_errors
 from .ranks import fit_every_task
 
 #: Logged as decoding starts: what the table lm-eval prints at the end will mean.
-HEADLINE = ("%s rank %d/%d: %d questions x %d branches. The table at the end has one exact_match row per "
+HEADLINE = ("%s rank %d/%d: %d questions x %d branches. The table at the end has one %s row per "
             "selector, each picking one answer per question from these same branches: compare each with majority "
             "(the vote) and greedy; pass_at_n, an oracle that reads the gold answer, is how often any branch is right")
 
@@ -78,7 +78,12 @@ class LoverRequests:
         prompts, spec = self.prompts(contexts, gen_kwargs)
         warn_once_if_greedy_row_is_drawn(spec.decoding, self._logged)
         spec = replace(spec, max_rows=self.row_budget(prompts, spec), stats=stats)
-        return self.pipeline.run(prompts, spec, [len(c) for c in contexts], on_done)
+        try:
+            return self.pipeline.run(prompts, spec, [len(c) for c in contexts], on_done)
+        except KeyboardInterrupt:  # Ctrl-C: every question decoded so far is banked; say so (one line on the CLI)
+            if self.pipeline.bank is None:
+                raise
+            raise banked_interrupt(self.pipeline.bank) from None
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
         config = self.pipeline.config
@@ -93,17 +98,18 @@ class LoverRequests:
         for index, request in enumerate(requests):
             groups[repr(sorted(request.args[1].items()))].append(index)
         results: list[LoverResult | None] = [None] * len(requests)
-        log.info(HEADLINE, self.NAME, self.rank, self.world_size, len(requests), config.decoding.n_branches)
-        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
-                   desc=f"{self.NAME}: {config.decoding.n_branches} branches per question")
-        for indices in groups.values():
-            def done(chunk, chunk_results, indices=indices):
-                for k, result in zip(chunk, chunk_results):
-                    results[indices[k]] = result
-                bar.update(len(chunk))
+        log.info(HEADLINE, self.NAME, self.rank, self.world_size, len(requests), config.decoding.n_branches,
+                 " / ".join(evaluated_metrics()) or "metric")  # the tasks' own metric: lover_match for a user's task
+        # closed on the way out of an interrupt too, so its last refresh comes before the interrupt's message
+        with tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
+                  desc=f"{self.NAME}: {config.decoding.n_branches} branches per question") as bar:
+            for indices in groups.values():
+                def done(chunk, chunk_results, indices=indices):
+                    for k, result in zip(chunk, chunk_results):
+                        results[indices[k]] = result
+                    bar.update(len(chunk))
 
-            self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
-        bar.close()
+                self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
         fit_every_task(self.pipeline, requests, results, self.world_size, extracts)  # one fit per task, across ranks
         return results
 

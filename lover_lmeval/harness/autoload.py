@@ -7,7 +7,8 @@ hook that fires once `lm_eval.api.registry` (resp. `lm_eval.tasks.manager`) has 
   looks the names up;
 - every `TaskManager` also indexes the task folder shipped inside the package (`lover_lmeval/task_configs`), so
   `--tasks lover_gsm8k` resolves from an installed wheel with no `--include_path` and no clone. It goes before the
-  user's own include paths, which therefore override a task of the same name.
+  user's own include paths, which therefore override a task of the same name;
+- lm-eval's evaluator logger names the GGUF file where its chat-template hint would say `pretrained=None`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -69,7 +71,27 @@ def add_task_folder(manager_module) -> None:
     task_manager.__init__ = __init__
 
 
-HOOKS = {"lm_eval.api.registry": register, "lm_eval.tasks.manager": add_task_folder}
+def _name_the_gguf(record) -> bool:
+    """lm-eval's hint that a chat model runs without its chat template names the model by `pretrained`, which is
+    None when lover_hf loads `gguf_file=`: name that file instead, read from this command line's model args (a
+    Python caller's stay unnamed: they are not visible here). Never drops a record."""
+    message = record.msg if isinstance(record.msg, str) else ""
+    if message.startswith("pretrained=None appears to be an"):
+        found = re.search(r"(?<![\w])gguf_file=([^,\s]+)", " ".join(sys.argv[1:]))
+        if found:
+            record.msg = f"gguf_file={found.group(1)}" + message.removeprefix("pretrained=None")
+    return True
+
+
+def name_the_gguf(evaluator) -> None:
+    """Give lm-eval's evaluator logger the `_name_the_gguf` filter (idempotent)."""
+    logger = getattr(evaluator, "eval_logger", None)
+    if logger is not None and _name_the_gguf not in logger.filters:
+        logger.addFilter(_name_the_gguf)
+
+
+HOOKS = {"lm_eval.api.registry": register, "lm_eval.tasks.manager": add_task_folder,
+         "lm_eval.evaluator": name_the_gguf}
 
 
 class _ModuleHook(importlib.abc.MetaPathFinder):

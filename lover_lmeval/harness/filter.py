@@ -58,30 +58,41 @@ class LoverSelect(Filter):
                 for rs, doc in zip(resps, docs)]
 
 
-def _lover_select_arguments(frame_depth: int = 4) -> list[tuple[str, dict]]:
-    """(task name, keyword arguments) of every lover_select filter of the tasks lm-eval is evaluating, found before
-    any request runs.
+def _evaluated_tasks(frame_depth: int) -> list:
+    """The tasks lm-eval is evaluating, found before any request runs (objects holding filter ensembles).
 
     lm-eval builds a task's filters as `partial(FilterClass, **kwargs)` and instantiates them only when applying
     them, after every request ran; so a bad filter argument would cost the whole decode and fit. The tasks are
-    locals of lm-eval's `evaluate`, which calls `generate_until` directly: the frames above are searched for objects
-    holding filter ensembles. Best effort: another caller finds nothing here and the filter's own checks still run
-    when it is applied."""
-    found, frame = [], inspect.currentframe()
+    locals of lm-eval's `evaluate`, which calls `generate_until` directly: the `frame_depth` frames above the caller
+    are searched. Best effort: another caller finds nothing here and the filter's own checks still run when it is
+    applied."""
+    found, frame = [], inspect.currentframe().f_back
     for _ in range(frame_depth):
         frame = frame.f_back if frame is not None else None
         if frame is None:
             break
         for value in list(frame.f_locals.values()):
             tasks = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
-            for task in tasks:
-                for ensemble in getattr(task, "_filters", None) or []:
-                    found += [(getattr(task, "task_name", None) or "", step.keywords)
-                              for step in getattr(ensemble, "filters", [])
-                              if isinstance(step, partial) and step.func is LoverSelect]
+            found += [task for task in tasks if getattr(task, "_filters", None)]
         if found:
             break
     return found
+
+
+def _lover_select_arguments(frame_depth: int = 4) -> list[tuple[str, dict]]:
+    """(task name, keyword arguments) of every lover_select filter of the tasks lm-eval is evaluating
+    (_evaluated_tasks)."""
+    return [(getattr(task, "task_name", None) or "", step.keywords) for task in _evaluated_tasks(frame_depth)
+            for ensemble in task._filters for step in getattr(ensemble, "filters", [])
+            if isinstance(step, partial) and step.func is LoverSelect]
+
+
+def evaluated_metrics(frame_depth: int = 3) -> list[str]:
+    """The metric names of the tasks lm-eval is evaluating (exact_match, or lover_match for a user's own task), as
+    their metric_list names them (a `!function` metric by its function's name); [] when none is found."""
+    names = [getattr(m, "__name__", m) for task in _evaluated_tasks(frame_depth)
+             for m in (entry.get("metric") for entry in getattr(task.config, "metric_list", None) or [])]
+    return sorted({str(name) for name in names if name is not None})
 
 
 def check_filters_before_decoding(fit_extract: str | None, scored: set[str], adopt: bool = False) -> dict[str, str]:

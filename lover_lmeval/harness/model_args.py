@@ -33,6 +33,16 @@ class LoverUsageError(ValueError):
     """A setting the user passed that lover_hf cannot run with; the message names the value and the fix."""
 
 
+def banked_interrupt(bank) -> KeyboardInterrupt:
+    """Ctrl-C during a run banking into `bank` (a `BranchBank`): still a KeyboardInterrupt, of that exact type (Python
+    exits by SIGINT, status 130, only for that type), whose message says how many questions the bank holds and where;
+    marked `lover_banked` for `one_line_errors`."""
+    interrupt = KeyboardInterrupt(f"interrupted: {len(bank)} questions are banked in {bank.path}; run the same "
+                                  "command to resume (banked questions are read back, not decoded again)")
+    interrupt.lover_banked = True
+    return interrupt
+
+
 @contextlib.contextmanager
 def usage_errors():
     """Our configs' ValueErrors (they name the value and the fix) as `LoverUsageError`s."""
@@ -56,10 +66,11 @@ def parse_model_args(kwargs: dict) -> tuple[LoverConfig, dict, set[str]]:
     return config, hf_args, {arg for arg in (*DECODING_ARGS, "extract") if arg in kwargs}
 
 
-def one_line_errors(name: str = "lover_hf") -> None:
-    """On the `lm_eval` / `lover` command line, print a `LoverUsageError` as one line instead of a traceback (the
-    message already says what to change; 70 lines of loader frames hide it). Other errors, and every error under a
-    Python caller (notebook, simple_evaluate), keep their tracebacks."""
+def one_line_errors(model: str = "lover_hf") -> None:
+    """On the `lm_eval` / `lover` command line, print a `LoverUsageError` or a `banked_interrupt` as one line instead
+    of a traceback (the message already says what to change or how to resume; 70 lines of loader frames hide it), as
+    `model` (lover_hf, lover_vllm). Other errors, and every error under a Python caller (notebook, simple_evaluate),
+    keep their tracebacks."""
     program = os.path.normpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     name = os.path.basename(program)
     on_cli = name in ("lm_eval", "lm-eval", "lover") or (  # the console scripts, or `python -m lm_eval`
@@ -70,7 +81,9 @@ def one_line_errors(name: str = "lover_hf") -> None:
 
     def hook(kind, error, traceback):
         if isinstance(error, LoverUsageError):
-            print(f"{name}: error: {error}", file=sys.stderr)
+            print(f"{model}: error: {error}", file=sys.stderr)
+        elif getattr(error, "lover_banked", False):  # Ctrl-C: one line, not the 30 frames it interrupted
+            print(f"{model}: {error}", file=sys.stderr)
         else:
             previous(kind, error, traceback)
 
