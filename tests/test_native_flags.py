@@ -155,6 +155,6 @@ def test_the_greedy_row_is_named_a_drawn_path_once_a_run(tiny_model_dir, caplog)
         lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier=None, decoding=decoding)
         caplog.clear()
         with caplog.at_level("WARNING", logger="lm_eval.lover_hf"):
-            for context in ("Question: 2 + 2?", "Question: 3 + 3?"):  # two groups: prompts() resolves each
-                lm.prompts([context], kwargs)
+            for context in ("Question: 2 + 2?", "Question: 3 + 3?"):  # two groups, each decoded apart
+                lm.run_contexts([context], kwargs)
         assert sum(note in record.getMessage() for record in caplog.records) == expected

@@ -56,15 +56,24 @@ class LoverVLLM(LoverRequests, VLLM):
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
+        cls._check_vllm()
+        return super().create_from_arg_string(arg_string, additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None):
+        cls._check_vllm()
+        return super().create_from_arg_obj(arg_dict, additional_config)
+
+    @classmethod
+    def _check_vllm(cls) -> None:
+        """Without vLLM the class has lm-eval's LM methods only through this refusal: one line on the CLI."""
         if MISSING is not None:
             one_line_errors(cls.NAME)
             raise missing_vllm()
-        return super().create_from_arg_string(arg_string, additional_config)
 
     def __init__(self, pretrained=None, gguf_file=None, **kwargs):
+        self._check_vllm()
         one_line_errors(self.NAME)
-        if MISSING is not None:
-            raise missing_vllm()
         self._logged: set[str] = set()
         config, vllm_args, self.explicit = parse_model_args(kwargs)
         if config.decoding.mode == "beam":
