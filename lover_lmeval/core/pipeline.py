@@ -233,17 +233,23 @@ class Pipeline:
         elif self.config.selection.fit_at_test_time:
             self.fit(results, task, extract)
         elif self.config.selection.verifier is not None:  # LoVer from a checkpoint: the plain probes have none
-            self.fit_probes(results, task, extract)
+            self.fit_probes_only(results, task, extract)
 
-    def fit_probes(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
+    def fit_probes_only(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
         """The plain probes alone (verify/probes.py), fitted at test time beside a loaded LoVer checkpoint."""
         extract, name = extract or self.config.selection.extract, task or "this run"
         record = self.record.fits[name] = {"questions": len(results), "extract": extract}
         if self.config.decoding.n_branches == 1:
             neutral_probes(results, "no fit: n_branches=1 leaves one branch per question, nothing to choose among")
             return
+        self._probes_and_checks(record, results, task, extract, PROBES)
+
+    def _probes_and_checks(self, record: dict, results: list[LoverResult], task: str | None, extract: str,
+                           scorers) -> None:
+        """Fit the plain probes; then, label-free, whether each of `scorers` ranks its branches against both the vote
+        and CoT-decoding's confidence (the correlations into `record`, a warning for each fit that does)."""
         record["probes"] = fit_probes(results, extract, self.config.fit, self.model.device)
-        checks = rank_checks(results, extract, PROBES)
+        checks = rank_checks(results, extract, scorers)
         record["rank_checks"] = {**checks, "reversed": warn_if_reversed(checks, task, len(results))}
 
     def skip_fit(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
@@ -269,12 +275,9 @@ class Pipeline:
                                   "fit_config": asdict(self.config.fit), "verifier_tensors_sha256": digest}
         for result in results:
             result.scored_by["lover"] = f"test-time fit on {len(results)} questions of {name} tensors_sha256:{digest}"
-        self.record.fits[name]["probes"] = fit_probes(results, extract, self.config.fit, self.model.device)
         warn_if_one_sided(results, task)
         warn_if_constant_answer(results, task, extract)
-        # Label-free: does each fit rank its branches against both the vote and CoT-decoding's confidence?
-        checks = rank_checks(results, extract, ("lover", *PROBES))
-        self.record.fits[name]["rank_checks"] = {**checks, "reversed": warn_if_reversed(checks, task, len(results))}
+        self._probes_and_checks(self.record.fits[name], results, task, extract, ("lover", *PROBES))
         return verifier
 
     def provenance(self) -> dict:
