@@ -95,6 +95,7 @@ TABLE = [
     ({"bank_dtype": "bf17", "bank": "{tmp}/b.sqlite"}, ["bank_dtype=bf17", "not a torch dtype", "bfloat16"]),
     ({"bank_engine": "tgi", "bank": "{tmp}/b.sqlite"}, ["bank_engine=tgi", "not an engine", "vllm"]),
     ({"feature_cache": _text_file}, ["feature_cache=", "notes.txt", "not a folder"]),
+    ({"ptrue": "sometimes"}, ["ptrue", "'sometimes'", "true or false"]),
     ({"fit_config": "epochz=3"}, ["fit config", "'epochz=3'", "epochs"]),
     ({"fit_config": "lr=fast"}, ["fit config", "lr='fast'", "float"]),
     ({"fit_config": "regime=paper"}, ["regime", "'paper'", "authors"]),
@@ -161,6 +162,7 @@ filter_list:
 @pytest.mark.parametrize("strategy, extract, needles", [
     ("lover_maxx", "number", ["strategy='lover_maxx'", "is unknown", "lover_max"]),
     ("lover_sum", "yes_no", ["extract=number", "extracts yes_no", "pass extract=yes_no"]),
+    ("ptrue_max", "number", ["reads the scores of verifier 'ptrue'", "pass ptrue=true"]),  # opt-in, not asked for
 ])
 def test_a_bad_filter_is_named_before_any_decoding(strategy, extract, needles, tiny_model_dir, tmp_path,
                                                    monkeypatch):
@@ -212,7 +214,8 @@ def test_without_extract_the_fit_groups_answers_as_the_tasks_filters_do(tiny_mod
 
 
 def test_lover_rows_without_any_verifier_are_refused_before_decoding(tiny_model_dir, monkeypatch):
-    """verifier=None on a task with lover_* rows would fail only after the whole decode (no scores to read)."""
+    """verifier=None on a task with lover_* rows would fail only after the whole decode (no scores to read); its
+    first such row is the plain probes' (ccs_max, fitted only where LoVer scores)."""
     from lm_eval import simple_evaluate
 
     def no_decoding(*a, **k):
@@ -220,5 +223,5 @@ def test_lover_rows_without_any_verifier_are_refused_before_decoding(tiny_model_
 
     monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_decoding)
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier="None")
-    with pytest.raises(ValueError, match="reads the scores of verifier 'lover'.*pass verifier=fit"):
+    with pytest.raises(ValueError, match="reads the scores of verifier 'ccs'.*pass verifier=fit"):
         simple_evaluate(model=lm, tasks=["lover_gsm8k"], limit=1)

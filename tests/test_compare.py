@@ -41,7 +41,8 @@ def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
                                      gen_kwargs="max_gen_toks=8", layers=[1, -1],
                                      checkpoints={"trained": str(tmp_path / "trained.safetensors")}))
     rows = report["tasks"]["lover_gsm8k"]["rows"]
-    assert set(rows) == set(ROWS) - {"supervised_max", "supervised_sum"} | {"trained_max", "trained_sum"}
+    # ptrue_max is opt-in (ptrue=true) and the supervised rows come from a supervised_verifier= checkpoint
+    assert set(rows) == set(ROWS) - {"supervised_max", "supervised_sum", "ptrue_max"} | {"trained_max", "trained_sum"}
     assert "| trained_sum |" in (tmp_path / "leaderboard.md").read_text()
     diagnostics = report["tasks"]["lover_gsm8k"]["diagnostics"]
     assert set(diagnostics) == {"lover", "trained", "supervised_cv"}

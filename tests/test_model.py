@@ -243,7 +243,8 @@ def test_test_time_fit_runs_once_per_task(tiny_model_dir, monkeypatch):
 
 
 def test_a_loaded_checkpoint_scores_every_branch(tiny_model_dir, tmp_path):
-    """verifier=CKPT and supervised_verifier=CKPT (the README's documented use) score each result when decoded."""
+    """verifier=CKPT and supervised_verifier=CKPT (the README's documented use) score each result when decoded; the
+    plain probes, which have no checkpoint, are fitted at test time beside them (their rows are in every task)."""
     from lover_lmeval.core.verify.checkpoints import save_checkpoint
     from lover_lmeval.core.verify.verifier import Verifier
 
@@ -253,6 +254,8 @@ def test_a_loaded_checkpoint_scores_every_branch(tiny_model_dir, tmp_path):
     save_checkpoint(path, Verifier(int(probe.model.config.hidden_size)), dict(probe.pipeline.identity))
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier=str(path), supervised_verifier=str(path))
     (result,) = lm.generate_until([_request("Question: 2 + 2?\nAnswer:")], disable_tqdm=True)
-    assert set(result.verifier_probs) == {"lover", "supervised"}
+    assert set(result.verifier_probs) == {"lover", "supervised", "ccs", "pca"}
+    fits = lm.pipeline.record.fits["task_a"]
+    assert fits["probes"].keys() == {"ccs", "pca"} and "fit_config" not in fits  # no LoVer fit: a checkpoint scores
     assert result.verifier_probs["lover"].shape == (2, 2)
     np.testing.assert_allclose(result.scores("lover"), result.scores("supervised"))

@@ -220,7 +220,8 @@ def test_no_selector_reads_the_gold_answer(strategy):
     """Every label-free strategy, old and new: the same pick whatever the gold answer (right, wrong, scrambled,
     missing), and none even reads the field (pass_at_n, the oracle, does: the trap works)."""
     for branches in (SELF_CERTAINTY, DEEPCONF, LOGLIK):
-        probs = {"lover": np.array([[s, 1 - s] for s in (0.2, 0.7, 0.4)])}
+        # every scorer a strategy can read: LoVer's, the plain probes', P(True)'s (selection.SCORES_READ)
+        probs = {name: np.array([[s, 1 - s] for s in (0.2, 0.7, 0.4)]) for name in ("lover", "ccs", "pca", "ptrue")}
         result = LoverResult(branches, np.zeros((3, 2, 3), np.float32), probs)
         answers = [extract_number(b.text) for b in branches]
         picks = {STRATEGIES[strategy](Question(result, answers, "lover", gold)) for gold in ("5", "6", "999", None)}

@@ -95,3 +95,45 @@ def markdown_lines(standing: list[dict]) -> list[str]:
         lines.append(f"| {e['size']} | {e['family']} | {_sets(e)} | {e['n']} | `{e['row']}` | "
                      f"{interval(e['minus_majority'])} | {beaten} | {one_way} |")
     return lines
+
+
+#: LoVer's rows against the plain probes it extends, fitted on the same features (run 31): does the constraint help?
+PROBE_PAIRS = (("lover_max", "ccs_max"), ("lover_sum", "ccs_sum"), ("lover_max", "pca_max"), ("lover_sum", "pca_sum"))
+
+
+def probe_standing(reports: dict[str, dict]) -> dict[str, dict]:
+    """Per set whose report holds the probes' rows: each `PROBE_PAIRS` difference (LoVer minus the probe, paired, n),
+    and the test-time fits' rank checks (Spearman with the vote share and CoT-decoding's confidence; `reversed`: the
+    fits the warning named), as selectors_run.py recorded them."""
+    out = {}
+    for name, report in reports.items():
+        held = report["questions"][0]["correct"]
+        if not all(a in held and b in held for a, b in PROBE_PAIRS):
+            continue
+        pooled = pool(reports, [name], sorted({s for pair in PROBE_PAIRS for s in pair}))
+        out[name] = {"n": len(report["questions"]),
+                     "differences": {f"{a} − {b}": paired(pooled[a], pooled[b]) for a, b in PROBE_PAIRS},
+                     "rank_checks": report.get("fit", {}).get("rank_checks")}
+    return out
+
+
+def probe_markdown_lines(standing: dict[str, dict]) -> list[str]:
+    """leaderboard.md's table of LoVer against its plain probes, and each fit's rank checks."""
+    if not standing:
+        return []
+    lines = ["LoVer against the plain probes it extends, fitted on the same features (paired; above 0: LoVer's "
+             "constraints help) and each test-time fit's Spearman correlation with the vote share / CoT-decoding's "
+             "confidence (**bold**: both below −0.3, the fits the run's warning named):", "",
+             "| set (n) | " + " | ".join(f"{a} − {b}" for a, b in PROBE_PAIRS) + " | lover | ccs | pca |",
+             "|---|" + "---|" * (len(PROBE_PAIRS) + 3)]
+    for name, entry in standing.items():
+        checks = entry["rank_checks"] or {}
+        named = set(checks.get("reversed", ()))
+        fits = []
+        for fit in ("lover", "ccs", "pca"):
+            found = checks.get(fit)
+            text = "—" if found is None else f"{found['vote']:+.2f} / {found['confidence']:+.2f}"
+            fits.append(f"**{text}**" if fit in named else text)
+        lines.append(f"| {name} ({entry['n']}) | " + " | ".join(interval(d) for d in entry["differences"].values())
+                     + " | " + " | ".join(fits) + " |")
+    return lines

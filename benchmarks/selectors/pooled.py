@@ -1,11 +1,12 @@
 """What run 19 B's readings of the selector reports share (selectors_table.py, lover_standing.py, sampled_vs_cot.py):
-the task families, the paired bootstrap every interval uses and its text, and a family's sets pooled into one
-outcome vector per selector."""
+the task families, the paired bootstrap every interval uses and its text, a family's sets pooled into one
+outcome vector per selector, and the compact figure's panels (one per model size and family, pooled)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from lover_lmeval.core.select.selection import ORACLES
 from lover_lmeval.core.stats import paired_bootstrap
 
 FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
@@ -30,3 +31,25 @@ def pool(reports: dict[str, dict], names: list[str], strategies: list[str]) -> d
     bootstrap's resamples, so every reading pools in the reports' order)."""
     return {s: np.concatenate([[q["correct"][s] for q in reports[name]["questions"]] for name in names]).astype(float)
             for s in strategies}
+
+
+def pooled_panels(reports: dict[str, dict]) -> list[dict]:
+    """The compact figure's panels: per model size and task family (`FAMILIES`), the size's sets of the family pooled
+    in the reports' order, and per row every set of them holds, its pooled paired difference from majority. A
+    description, like the per-set grid: the recommendation pools the 0.5B sets alone (selectors_table.recommend)."""
+    panels = []
+    for size in dict.fromkeys(name.split("/")[0] for name in reports):
+        for family, stems in FAMILIES.items():
+            names = [name for name in reports if name in {f"{size}/{stem}" for stem in stems}]
+            if not names:
+                continue
+            held = [set(reports[name]["questions"][0]["correct"]) for name in names]
+            strategies = [s for s in reports[names[0]]["questions"][0]["correct"]
+                          if s not in ORACLES and all(s in h for h in held)]
+            pooled = pool(reports, names, strategies)
+            panels.append({"size": size, "family": family, "sets": names, "n": len(pooled["majority"]),
+                           "majority_acc": float(pooled["majority"].mean()),
+                           "minus_majority": {s: paired(pooled[s], pooled["majority"])
+                                              for s in strategies if s != "majority"}})
+    return panels
+

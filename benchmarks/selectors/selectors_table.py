@@ -27,9 +27,10 @@ from lover_lmeval.core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CON
 
 from benchmarks.bank_sets import BankSet
 from benchmarks.bench_common import REPO, RESULTS
-from benchmarks.selectors.leaderboard_figure import draw
-from benchmarks.selectors.lover_standing import lover_standing, markdown_lines, readme_lines
-from benchmarks.selectors.pooled import FAMILIES, interval, paired, pool
+from benchmarks.selectors.leaderboard_figure import draw, draw_pooled
+from benchmarks.selectors.lover_standing import (lover_standing, markdown_lines, probe_markdown_lines, probe_standing,
+                                                 readme_lines)
+from benchmarks.selectors.pooled import FAMILIES, interval, paired, pool, pooled_panels
 
 SELECTION_SIZE = "0.5b"
 ORACLE = "pass_at_n"
@@ -84,7 +85,12 @@ def recommend(reports: dict[str, dict]) -> dict:
         if not scored:
             out[family] = {"selector": None, "why": f"no {SELECTION_SIZE} set of this family has been scored yet"}
             continue
-        strategies = [s for s in reports[scored[0]]["questions"][0]["correct"] if s != ORACLE]
+        # Run 31: a row measured on only some of the family's sets has no pooled accuracy over the family, so it is
+        # no candidate there (the rule itself is run 19 B's); `not_on_every_set` names such rows.
+        held = [set(reports[name]["questions"][0]["correct"]) for name in scored]
+        strategies = [s for s in reports[scored[0]]["questions"][0]["correct"]
+                      if s != ORACLE and all(s in h for h in held)]
+        partial = sorted({s for h in held for s in h} - set(strategies) - {ORACLE})
         pooled = pool(reports, scored, strategies)
         best = max(strategies, key=lambda s: (pooled[s].mean(), s == "majority"))
         versus = paired(pooled[best], pooled["majority"])
@@ -106,6 +112,7 @@ def recommend(reports: dict[str, dict]) -> dict:
                        "one_answer": {name: {"share": found["shares"][best], "gold": found["shares"]["gold"]}
                                       for name, found in shares.items() if found and best in found["one_way"]},
                        "one_answer_unchecked": [name for name, found in shares.items() if found is None],
+                       "not_on_every_set": partial,
                        "best_answering_no_set_one_way": None if selecting is None else {
                            "selector": selecting, "minus_majority": paired(pooled[selecting], pooled["majority"])}}
     return out
@@ -147,7 +154,7 @@ def _versus(table: dict, baseline: str) -> list[str]:
     for s in table["strategies"]:
         if s == baseline:
             continue
-        cells = [f"{table['sets'][n][s]['acc']:.3f}" if s == ORACLE
+        cells = ["—" if s not in table["sets"][n] else f"{table['sets'][n][s]['acc']:.3f}" if s == ORACLE
                  else interval(table["sets"][n][s][f"minus_{baseline}"]) for n in sets]
         lines.append(f"| `{s}` | " + " | ".join(cells) + " |")
     return lines
@@ -174,13 +181,15 @@ def markdown(table: dict, recommendation: dict) -> str:
                     f"({', '.join(rec['sets'])}){_provisional(rec)}{_one_answer(rec)}{_no_selection(rec)}")
         lines.append(f"| {family} | `{rec['selector']}` | {evidence} |")
     lines += ["", *markdown_lines(table["lover_standing"])]
+    probes = probe_markdown_lines(table["probe_standing"])
+    lines += ["", *probes] if probes else []
     sets = list(table["auroc"])
-    scores = list(table["auroc"][sets[0]])
+    scores = list(dict.fromkeys(name for n in sets for name in table["auroc"][n]))  # a set's own, first seen first
     lines += ["", "AUROC of each path score against the branch's stated answer being right (branches pooled over the "
               "set; 0.5 is chance, below it the score ranks wrong branches first):", "",
               "| path score | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
     for name in scores:
-        cells = [f"{table['auroc'][n][name]:.3f}" if table["auroc"][n][name] is not None else "—" for n in sets]
+        cells = [f"{table['auroc'][n][name]:.3f}" if table["auroc"][n].get(name) is not None else "—" for n in sets]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     checked = [n for n in table["one_answer"] if table["one_answer"][n]]
     if checked:
@@ -238,7 +247,8 @@ def build(folder: Path) -> tuple[dict, dict]:
         raise SystemExit(f"no selectors_run.py reports in {folder}: run benchmarks/selectors/selectors_run.py "
                          "--set NAME first")
     order = sorted(reports, key=lambda n: ({"135m": 0, "0.5b": 1, "1.5b": 2}.get(n.split("/")[0], 3), n))
-    present = reports[order[0]]["questions"][0]["correct"]
+    # Every row any report holds (run 31's rows are on some sets only: a set without one shows "—")
+    present = list(dict.fromkeys(s for n in order for s in reports[n]["questions"][0]["correct"]))
     one_answer = {n: one_answer_shares(reports[n]) for n in order}
     table = {"strategies": [s for s in ROWS if s in present] + [s for s in present if s not in ROWS],  # YAML order
              "sets": {n: set_rows(reports[n]) for n in order},
@@ -246,7 +256,9 @@ def build(folder: Path) -> tuple[dict, dict]:
              "one_answer": one_answer,
              # Reports written before BankSet had `decoding` are CoT-decoding's branches, its default.
              "decoding": {n: reports[n]["bank_set"].get("decoding", BankSet.decoding) for n in order},
-             "lover_standing": lover_standing({n: reports[n] for n in order}, one_answer)}
+             "lover_standing": lover_standing({n: reports[n] for n in order}, one_answer),
+             "pooled": pooled_panels({n: reports[n] for n in order}),
+             "probe_standing": probe_standing({n: reports[n] for n in order})}
     return table, recommend(reports)
 
 
@@ -254,12 +266,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default=str(RESULTS / "selectors"))
     parser.add_argument("--figure", default=str(REPO / "docs/leaderboard.png"))
+    parser.add_argument("--pooled-figure", default=str(REPO / "docs/leaderboard_pooled.png"))
     args = parser.parse_args()
     folder = Path(args.results)
     table, recommendation = build(folder)
     write_text(folder / "leaderboard.json", json.dumps({**table, "recommendation": recommendation}, indent=1))
     write_text(folder / "leaderboard.md", markdown(table, recommendation))
-    draw(table, [s for s in table["strategies"] if s not in ("majority", ORACLE)], Path(args.figure))
+    rows = [s for s in table["strategies"] if s not in ("majority", ORACLE)]
+    draw(table, rows, Path(args.figure))
+    draw_pooled(table["pooled"], rows, Path(args.pooled_figure))
     update_readme(REPO / "README.md", readme_block(table, recommendation))
     print(markdown(table, recommendation))
     return 0

@@ -2,8 +2,8 @@
 
 Each component owns its dataclass, its defaults and its validation (`__post_init__`): decoding
 (`DecodingConfig`), features (`FeatureConfig`), the test-time fit (`VerifierConfig`, the `fit_config` string),
-selection (`SelectionConfig`), the bank (`BankConfig`) and how questions share the decoding batch
-(`BatchingConfig`). This module only maps model_args onto their fields.
+selection (`SelectionConfig`), the bank (`BankConfig`), how questions share the decoding batch
+(`BatchingConfig`) and the opt-in P(True) pass (`PTrueConfig`). This module only maps model_args onto their fields.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from .store.bank import BankConfig
 from .decode.decoding import BatchingConfig, DecodingConfig
 from .decode.static import check_static_mode
 from .decode.features import FeatureConfig
+from .decode.ptrue import PTrueConfig
 from .select.selection import SelectionConfig
 from .verify.verifier_config import VerifierConfig, config_from_string
 
@@ -70,6 +71,7 @@ MODEL_ARGS = {
     "bank_dtype": ("bank", "key_dtype", _optional),
     "bank_engine": ("bank", "key_engine", _optional),
     "feature_cache": ("bank", "feature_cache", _feature_cache),
+    "ptrue": ("ptrue", "enabled", _flag),
 }
 
 
@@ -90,6 +92,8 @@ class LoverConfig:
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     """How questions share the decoding batch (continuous_batching, max_rows, sync_every, static_cache,
     compile_step)."""
+    ptrue: PTrueConfig = field(default_factory=PTrueConfig)
+    """The opt-in P(True) pass, one more teacher-forced pass per branch (ptrue)."""
 
     def __post_init__(self):
         if self.batching.max_rows is not None:  # fewer rows than one question's branches can never decode
@@ -104,7 +108,8 @@ class LoverConfig:
     def from_model_args(cls, args: dict) -> tuple[LoverConfig, dict]:
         """Split model_args into this config and the rest (for the model loader); errors name the argument."""
         rest = dict(args)
-        fields: dict[str, dict] = {"decoding": {}, "features": {}, "selection": {}, "bank": {}, "batching": {}}
+        fields: dict[str, dict] = {"decoding": {}, "features": {}, "selection": {}, "bank": {}, "batching": {},
+                                   "ptrue": {}}
         for arg, (component, name, parse) in MODEL_ARGS.items():
             if arg not in rest:
                 continue
@@ -117,4 +122,4 @@ class LoverConfig:
         fit = config_from_string(rest.pop("fit_config", "") or "")
         return cls(DecodingConfig(**fields["decoding"]), FeatureConfig(**fields["features"]), fit,
                    SelectionConfig(**fields["selection"]), BankConfig(**fields["bank"]),
-                   BatchingConfig(**fields["batching"])), rest
+                   BatchingConfig(**fields["batching"]), PTrueConfig(**fields["ptrue"])), rest

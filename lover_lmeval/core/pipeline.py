@@ -20,6 +20,7 @@ Dimensions: N branches, L feature layers, D hidden size.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -36,9 +37,12 @@ from .decode.decoding import DecodingConfig
 from .decode.engine import Decoded, Engine, HFEngine, RunSpec, eos_ids
 from .decode.static import check_static
 from .decode.features import assertion_features, features_from_tokens, stats_from_tokens
+from .decode.ptrue import FALSE_WORDS, TRUE_WORDS, ptrue_from_tokens, word_tokens
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
-from .verify.scoring import fit_on_results, unparsed_counts, warn_if_constant_answer, warn_if_one_sided
+from .verify.probes import PROBES, fit_probes, neutral_probes
+from .verify.scoring import (fit_on_results, rank_checks, unparsed_counts, warn_if_constant_answer, warn_if_one_sided,
+                             warn_if_reversed)
 from .select.selection import select
 from .decode.token_stats import decode_stats, encode_stats
 
@@ -53,6 +57,8 @@ class RunRecord:
     """task -> what its test-time fit saw and made."""
     decodings: list[dict] = field(default_factory=list)
     """Every decoding the run's requests asked for (lm-eval's generation kwargs can adapt model_args')."""
+    ptrue: dict = field(default_factory=lambda: {"questions": 0, "seconds": 0.0})
+    """What the opt-in P(True) pass scored and cost (ptrue=true)."""
 
     def decoded_with(self, decoding: DecodingConfig) -> None:
         if asdict(decoding) not in self.decodings:
@@ -181,7 +187,24 @@ class Pipeline:
         if cache is not None and lacking and not decoded.fresh:
             cache.put_stats(key, found)
         branches = [b if b.stats is None else replace(b, stats=decode_stats(encode_stats(b.stats))) for b in branches]
-        return self._result(prompt, branches, features)
+        result = self._result(prompt, branches, features)
+        if self.config.ptrue.enabled:
+            self._score_ptrue(prompt, result)
+        return result
+
+    def _score_ptrue(self, prompt: list[int], result: LoverResult) -> None:
+        """P(True) per branch (decode/ptrue.py), one more pass, kept as verifier_probs["ptrue"] = (P, 1 - P) so that
+        its score (p+ + 1 - p-) / 2 is P; its time per question is logged and kept in the record."""
+        began = time.perf_counter()
+        words = [word_tokens(self.tokenizer, w) for w in (TRUE_WORDS, FALSE_WORDS)]
+        p = ptrue_from_tokens(self.model, prompt, result.branches,
+                              self.tokenizer.encode(self.config.ptrue.query, add_special_tokens=False), *words)
+        result.verifier_probs["ptrue"] = np.stack([p, 1 - p], axis=-1)
+        result.scored_by["ptrue"] = f"P(True) pass, query {self.config.ptrue.query!r}"
+        seconds = time.perf_counter() - began
+        self.record.ptrue["questions"] += 1
+        self.record.ptrue["seconds"] += seconds
+        log.info("lover_hf: P(True) pass over %d branches: %.2f s", len(result.branches), seconds)
 
     def _result(self, prompt: list[int], q_branches, q_features: torch.Tensor) -> LoverResult:
         """One question's result from its branches and (N, 2, L, D) features; loaded verifiers score it."""
@@ -209,6 +232,25 @@ class Pipeline:
             self.skip_fit(results, task, extract)
         elif self.config.selection.fit_at_test_time:
             self.fit(results, task, extract)
+        elif self.config.selection.verifier is not None:  # LoVer from a checkpoint: the plain probes have none
+            self.fit_probes_only(results, task, extract)
+
+    def fit_probes_only(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
+        """The plain probes alone (verify/probes.py), fitted at test time beside a loaded LoVer checkpoint."""
+        extract, name = extract or self.config.selection.extract, task or "this run"
+        record = self.record.fits[name] = {"questions": len(results), "extract": extract}
+        if self.config.decoding.n_branches == 1:
+            neutral_probes(results, "no fit: n_branches=1 leaves one branch per question, nothing to choose among")
+            return
+        self._probes_and_checks(record, results, task, extract, PROBES)
+
+    def _probes_and_checks(self, record: dict, results: list[LoverResult], task: str | None, extract: str,
+                           scorers) -> None:
+        """Fit the plain probes; then, label-free, whether each of `scorers` ranks its branches against both the vote
+        and CoT-decoding's confidence (the correlations into `record`, a warning for each fit that does)."""
+        record["probes"] = fit_probes(results, extract, self.config.fit, self.model.device)
+        checks = rank_checks(results, extract, scorers)
+        record["rank_checks"] = {**checks, "reversed": warn_if_reversed(checks, task, len(results))}
 
     def skip_fit(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
         """With one branch a question there is nothing to choose among and no group to contrast: no fit. Every
@@ -221,6 +263,7 @@ class Pipeline:
             result.verifier_probs["lover"] = np.full((len(result.branches), 2), 0.5, dtype=np.float32)
             result.scored_by["lover"] = why
             result.fit_extract = extract
+        neutral_probes(results, why)
 
     def fit(self, results: list[LoverResult], task: str | None = None, extract: str | None = None):
         """Test-time fit: label-free on these results' own branches, their answers grouped by `extract` (default
@@ -234,14 +277,18 @@ class Pipeline:
             result.scored_by["lover"] = f"test-time fit on {len(results)} questions of {name} tensors_sha256:{digest}"
         warn_if_one_sided(results, task)
         warn_if_constant_answer(results, task, extract)
+        self._probes_and_checks(self.record.fits[name], results, task, extract, ("lover", *PROBES))
         return verifier
 
     def provenance(self) -> dict:
         """What made this run's scores, for the results file: plugin version, each task's fit, each checkpoint."""
         used = self.record.decodings or [asdict(self.config.decoding)]
+        ptrue = self.record.ptrue
         return {"plugin_version": __version__, "test_time_fits": self.record.fits, "checkpoints": self.verifier_ids,
                 "layer": self.layer, "decoding": used[0] if len(used) == 1 else used, "dtype": str(self.model.dtype),
-                "engine": self.engine.name}
+                "engine": self.engine.name,
+                **({"ptrue": {**ptrue, "seconds_per_question": ptrue["seconds"] / max(ptrue["questions"], 1),
+                              "query": self.config.ptrue.query}} if self.config.ptrue.enabled else {})}
 
     def select(self, results: list[LoverResult], strategy: str, extract: str | None = None,
                verifier: str = "lover") -> list[str]:

@@ -90,11 +90,11 @@ class LoverResult(str):
         """LoVer score per branch, p = (p+ + 1 - p-) / 2; KeyError names what is available."""
         if verifier not in self.verifier_probs:
             have = ", ".join(sorted(self.verifier_probs)) or "none"
-            raise KeyError(
-                f"this result carries no scores of verifier {verifier!r} (available: {have}); "
-                f"pass {'supervised_verifier' if verifier == 'supervised' else 'verifier'}=PATH"
-                f"{'' if verifier == 'supervised' else ' (or verifier=fit)'} in --model_args to lover_hf."
-            )
+            fix = {"supervised": "supervised_verifier=PATH", "lover": "verifier=PATH (or verifier=fit)",
+                   "ptrue": "ptrue=true (one more teacher-forced pass per branch)"}.get(
+                verifier, "verifier=fit (the test-time fit fits it beside LoVer)")
+            raise KeyError(f"this result carries no scores of verifier {verifier!r} (available: {have}); pass {fix} "
+                           "in --model_args to lover_hf.")
         probs = self.verifier_probs[verifier]
         return score(probs[:, 0], probs[:, 1])
 

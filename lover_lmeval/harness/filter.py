@@ -13,7 +13,7 @@ from lm_eval.api.filter import Filter
 
 from ..core.select.answers import get_extractor
 from ..core.pipeline import log
-from ..core.select.selection import ORACLES, SelectionConfig, check_strategy, select
+from ..core.select.selection import ORACLES, SCORES_READ, SelectionConfig, check_strategy, select
 
 
 class LoverSelect(Filter):
@@ -98,7 +98,8 @@ def evaluated_metrics(frame_depth: int = 3) -> list[str]:
 def check_filters_before_decoding(fit_extract: str | None, scored: set[str], adopt: bool = False) -> dict[str, str]:
     """Build each lover_select filter of the evaluated tasks once (its own checks: strategy, extractor) and check
     that each verifier a filter reads will have scores (`scored`: "lover" with verifier=fit or a checkpoint,
-    "supervised" with supervised_verifier=) and that those reading the test-time fit group answers as it will.
+    "supervised" with supervised_verifier=, the plain probes "ccs" and "pca" with either, "ptrue" with ptrue=true) and
+    that those reading the test-time fit group answers as it will.
     `fit_extract` is model_args' `extract` (None: no test-time fit). Raises ValueError naming the argument and the fix.
 
     Returns each task's extractor for its fit: with `adopt` (the user did not set `extract`) the one its own filters
@@ -122,11 +123,13 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str], ado
         if select_filter.strategy in ORACLES and select_filter.gold is None:
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}, an oracle) names no "
                              "`gold: FIELD`, the doc field holding the answer; add e.g. `gold: answer` to it.")
-        if select_filter.strategy.startswith("lover_") and select_filter.verifier not in scored:
-            arg = "supervised_verifier=PATH" if select_filter.verifier == "supervised" else "verifier=fit (or PATH)"
+        reads = (select_filter.verifier if select_filter.strategy.startswith("lover_")
+                 else SCORES_READ.get(select_filter.strategy))
+        if reads is not None and reads not in scored:
+            arg = {"supervised": "supervised_verifier=PATH", "ptrue": "ptrue=true"}.get(reads, "verifier=fit (or PATH)")
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}) reads the scores of "
-                             f"verifier {select_filter.verifier!r}, which this run does not compute: pass {arg} in "
-                             "--model_args, or run tasks without lover_* rows.")
+                             f"verifier {reads!r}, which this run does not compute: pass {arg} in --model_args, or run "
+                             "tasks without that row.")
         if task in extracts and select_filter.reads_fit and select_filter.extract_name != extracts[task]:
             raise ValueError(
                 f"lover_hf fits its test-time verifier with extract={extracts[task]}, but a task's lover_select filter "

@@ -17,9 +17,13 @@ Plain data that imports nothing, so `lover compare --help` reads it without load
 ROWS = (
     # baselines
     "greedy", "majority", "cot_max", "cot_sum",
-    # the field's label-free selectors from per-token statistics or token counts (selectors.py)
+    # the field's label-free selectors from per-token statistics or token counts (selectors.py, rpc.py)
     "self_certainty", "self_certainty_borda", "deepconf10_w32", "deepconf90_w32", "cisc_t0.1", "loglik_max",
-    "loglik_vote", "short3",
+    "loglik_vote", "short3", "rpc", "inv_entropy_full", "softsc_min",
+    # the model asked whether each branch's answer is true: one more pass per branch, opt-in (NO_FILTER)
+    "ptrue_max",
+    # the plain unsupervised probes LoVer extends, fitted beside it on the same features (verify/probes.py)
+    "ccs_max", "ccs_sum", "pca_max", "pca_sum",
     # LoVer: the verifier's scores
     "lover_max", "lover_sum",
     # verifiers made with gold labels: ceilings that `lover compare` adds (NO_FILTER)
@@ -30,8 +34,11 @@ ROWS = (
 
 _SUPERVISED = "with the scores of the supervised_verifier= checkpoint (trained on gold labels), when lover_hf has one"
 _CROSS_FIT = "with a verifier cross-fitted on the other folds' gold labels (`lover compare --cv_folds`)"
-#: Rows the lover_* tasks carry no filter for, and why (these four: `lover compare` computes them from the results).
+#: Rows the lover_* tasks carry no filter for, and why: the supervised ones `lover compare` computes from the results;
+#: ptrue_max costs one more pass per branch, so a default run does not pay for it.
 NO_FILTER = {
+    "ptrue_max": "P(True), opt-in: lover_hf scores it with ptrue=true (one more teacher-forced pass per branch); add a "
+                 "lover_select filter with strategy: ptrue_max to a task to report it",
     "supervised_max": f"lover_max {_SUPERVISED}",
     "supervised_sum": f"lover_sum {_SUPERVISED}",
     "supervised_cv_max": f"lover_max {_CROSS_FIT}",

@@ -9,6 +9,10 @@ answer is returned. Strategies (score of a branch -> score of a group):
 - cot_max / cot_sum: CoT-decoding confidence, Delta = mean over the answer-span tokens of
   p(top1) - p(top2); a branch without an answer has Delta = 0. Group = max / sum of its branches.
 - lover_max / lover_sum: verifier score p = (p+ + 1 - p-) / 2; group = max / sum.
+- ccs_max / ccs_sum, pca_max / pca_sum: the same from the plain probes fitted beside LoVer (CCS; the contrast pairs'
+  first principal direction); ptrue_max: P(True), the model's own probability that the branch's answer is true
+  (`SCORES_READ`).
+- rpc (rpc.py), inv_entropy_full, softsc_min (selectors.py): from per-token statistics.
 - self_certainty(_borda), deepconf10_w32 / deepconf90_w32, cisc_t0.1, loglik_max / loglik_vote, short3: label-free
   selectors from per-token statistics (`Branch.stats`) or token counts, in selectors.py.
 - pass_at_n: an *oracle*, not a selector: it reads the gold answer and returns it if any branch has it. It is
@@ -122,9 +126,15 @@ def pick_group(members: dict[str, list[int]], branch_scores: np.ndarray, reduce:
     to the larger group, then to the group holding the lowest branch index (with CoT-decoding, the greedy answer)."""
     if not members:
         return ""
+    return pick_scored(members, {answer: reduce(branch_scores[branches]) for answer, branches in members.items()})
+
+
+def pick_scored(members: dict[str, list[int]], scores: dict[str, float]) -> str:
+    """`pick_group`'s rule on scores already given per group (`scores[answer]`): the best, ties as there."""
+    if not members:
+        return ""
     # A NaN score (a diverged verifier) ranks below every real one instead of breaking the comparison.
-    scores = {answer: float(np.nan_to_num(reduce(branch_scores[branches]), nan=-np.inf))
-              for answer, branches in members.items()}
+    scores = {answer: float(np.nan_to_num(scores[answer], nan=-np.inf)) for answer in members}
     best = max(scores.values())
     tied = [answer for answer in members if scores[answer] >= best - TIE_TOLERANCE]
     return min(tied, key=lambda answer: (-len(members[answer]), members[answer][0]))
@@ -165,6 +175,23 @@ def _group_strategy(name: str, branch_scores: Callable, reduce: Callable) -> Non
 for _prefix, _scores in (("cot", _cot_scores), ("lover", _verifier_scores)):
     for _reduce_name, _reduce in (("max", np.max), ("sum", np.sum)):
         _group_strategy(f"{_prefix}_{_reduce_name}", _scores, _reduce)
+
+#: Strategies that read the scores of one named scorer, whatever `Question.verifier` says: the plain probes that the
+#: test-time fit fits beside LoVer on the same features (CCS, the contrast pairs' first principal direction:
+#: verify/probes.py) and P(True), one more teacher-forced pass per branch (decode/ptrue.py; opt-in).
+SCORES_READ = {"ccs_max": "ccs", "ccs_sum": "ccs", "pca_max": "pca", "pca_sum": "pca", "ptrue_max": "ptrue"}
+
+
+def _named_scores(name: str) -> Callable[[Question, str], np.ndarray]:
+    def scores(question: Question, strategy: str) -> np.ndarray:
+        _needs_branches(question, strategy)
+        return question.result.scores(name)
+
+    return scores
+
+
+for _strategy, _name in SCORES_READ.items():
+    _group_strategy(_strategy, _named_scores(_name), np.max if _strategy.endswith("_max") else np.sum)
 
 
 @register_strategy("pass_at_n", oracle=True)

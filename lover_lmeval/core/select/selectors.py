@@ -13,6 +13,10 @@ None reads `question.gold`. Names and parameters were fixed before any result:
 - cisc_t0.1 (Taubenfeld et al. 2025): vote weighted by softmax(mean logprob / 0.1) over the N branches.
 - loglik_max / loglik_vote: best mean logprob / vote weighted by exp(mean logprob).
 - short3 (Hassid et al. 2025, short-m@k with m = 3): majority among the 3 paths with the fewest tokens.
+- inv_entropy_full (Sharma & Chopra 2025, arXiv 2511.02309): vote weighted by 1 / mean token entropy, the entropy over
+  the full vocabulary (the paper's is over an API's top-k, k open; `entropy` is the whole distribution's).
+- softsc_min (Wang et al. 2024, Soft Self-Consistency, aggregation `min`): the path's lowest token probability over
+  its answer span; group = max (the single best-scored path's answer).
 
 A path with no tokens has no mean: it gets score -inf (ranks last, votes with weight 0) and wins only by ties.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .answers import Answer
 from .selection import Question, _needs_branches, pick_group, register_strategy
 
 #: What to do about branches without `stats` (decoded before the statistics existed).
@@ -34,6 +39,9 @@ DEEPCONF_WINDOW = 32
 CISC_TEMPERATURE = 0.1
 #: short-m@k's m.
 SHORT_M = 3
+#: Inverse-entropy voting's floor on a path's mean entropy (nats): a path whose every token was certain to float16
+#: precision has mean entropy 0, and 1 / 0 would let it outvote any number of others; 1e-3 caps its weight at 1000.
+ENTROPY_FLOOR = 1e-3
 
 
 def token_stat(question: Question, strategy: str, name: str) -> list[np.ndarray]:
@@ -186,3 +194,48 @@ def short_m(question: Question) -> str:
     shortest = set(sorted(range(len(branches)), key=lambda i: (len(branches[i].token_ids), i))[:SHORT_M])
     members = {answer: [i for i in indices if i in shortest] for answer, indices in question.members.items()}
     return pick_group({a: b for a, b in members.items() if b}, np.ones(len(branches)), np.sum)
+
+
+@register_strategy("inv_entropy_full")
+def inverse_entropy(question: Question) -> str:
+    """Inverse-entropy weighted voting (Sharma & Chopra 2025, arXiv 2511.02309): H_i = mean over the path's tokens of
+    the next-token distribution's Shannon entropy; weight w_i = 1 / max(H_i, ENTROPY_FLOOR); group = sum of w.
+
+    Our `entropy` statistic (token_stats.step_stats) is -sum_v p_v ln p_v over the WHOLE vocabulary, in nats; the
+    paper's is over the top-k tokens an API returns, renormalised, in bits, with k left open. The base scales every
+    weight alike (no pick changes); the top-k truncation does change H, so this row fixes k = V ("full" in its name).
+    A path without tokens has no mean: weight 0.
+
+    Example: answers 5, 6, 6 with entropy [0.2, 0.4], [1.0, 1.0, 1.0], [2.0]: H = 0.3, 1.0, 2.0, w = 3.333, 1, 0.5:
+    5 -> 3.333 > 6 -> 1.5: "5" (majority says 6). With H = 0.8 for the 5: w = 1.25 < 1.5: "6"."""
+    means = path_means(token_stat(question, "inv_entropy_full", "entropy"))
+    weights = np.where(np.isfinite(means), 1.0 / np.maximum(np.where(np.isfinite(means), means, 1.0), ENTROPY_FLOOR),
+                       0.0)
+    return pick_group(question.members, weights, np.sum)
+
+
+def span_lowest_probability(logprobs: np.ndarray, offsets: list[tuple[int, int]], answer: Answer | None) -> float:
+    """Soft-SC's `min` over the answer: the lowest probability exp(logprob_j) among the tokens j whose character span
+    overlaps the answer's (the tokens `answers.span_confidence` averages CoT-decoding's margins over); 0 without an
+    answer or without such a token."""
+    if answer is None:
+        return 0.0
+    inside = [lp for lp, (s, e) in zip(logprobs, offsets) if s < answer.end and e > answer.start]
+    return float(np.exp(min(inside))) if inside else 0.0
+
+
+@register_strategy("softsc_min")
+def soft_self_consistency_min(question: Question) -> str:
+    """Soft Self-Consistency with `min` aggregation (Wang, Prasad, Stengel-Eskin & Bansal 2024; their code scores each
+    sampled action by its lowest token probability and takes the argmax): s_i = min over the tokens of branch i's
+    stated answer of p(token) (`span_lowest_probability`, from the `logprob` statistic); group = max.
+
+    In their agent tasks the scored tokens are the whole action; here the action is the stated answer, so the span is
+    the answer's, as CoT-decoding's confidence reads it.
+
+    Example: "it is 5" with answer tokens logprob [-0.1] -> s = exp(-0.1) = 0.905; "it is 16" twice, each answer two
+    tokens with logprobs [-0.05, -0.7] -> s = exp(-0.7) = 0.497: 5 -> 0.905 > 16 -> 0.497: "5" (majority: 16)."""
+    logprobs = token_stat(question, "softsc_min", "logprob")
+    scores = np.array([span_lowest_probability(lp, b.offsets, a)
+                       for lp, b, a in zip(logprobs, question.branches, question.answers)])
+    return pick_group(question.members, scores, np.max)

@@ -216,3 +216,44 @@ def warn_if_constant_answer(results, task: str | None, extract: str) -> None:
                     "the answers' texts, not right from wrong, so LoVer scores that answer's base rate; compare it "
                     "with majority voting and greedy decoding before trusting it (lover compare).",
                     len(results), task or "this run", answer, 100 * share)
+
+
+#: A fit whose branch scores rank against both label-free signals below this Spearman correlation is named as running
+#: backwards (`warn_if_reversed`). Fixed before its first use (issue Selectors II): at 1.5B GSM8K the default fit's
+#: AUROC was 0.221, its lover_max 0.39 below majority on the held-out arithmetic set, and nothing said so.
+REVERSED_BELOW = -0.3
+
+
+def rank_checks(results, extract: str, names) -> dict[str, dict[str, float]]:
+    """Per scorer in `names` (`result.verifier_probs` keys), the Spearman correlation of its branch scores with each
+    branch's vote share ("vote") and with CoT-decoding's confidence in its answer ("confidence"), over every real
+    branch of `results` (the branches the fit saw; without an answer both signals are 0, as `orient_by` reads them).
+    Label-free: both signals are the model's own; 0 where a signal or the scores are constant (`spearman`)."""
+    width, extractor = max(len(r.branches) for r in results), get_extractor(extract)
+    answers = [[a.value if (a := stated_answer(extractor, b)) is not None else None for b in r.branches]
+               for r in results]  # batch_results' answers, without stacking the features
+    mask = torch.tensor([[i < len(r.branches) for i in range(width)] for r in results])
+    signals = {"vote": vote_shares(answers, width)[mask],
+               "confidence": branch_confidences(results, extract, width)[mask]}
+    checks = {}
+    for name in names:
+        scores = torch.cat([torch.as_tensor(r.scores(name), dtype=torch.float64) for r in results])
+        checks[name] = {signal: round(float(spearman(scores, values.double())), 4)
+                        for signal, values in signals.items()}
+    return checks
+
+
+def warn_if_reversed(checks: dict[str, dict[str, float]], task: str | None, questions: int) -> list[str]:
+    """Log one warning per scorer whose `rank_checks` correlations with the vote share AND with CoT-decoding's
+    confidence are both below `REVERSED_BELOW`: its highest-scored branches are those both signals rank last, so its
+    *_max row most likely picks wrong answers. Returns the scorers named."""
+    flagged = [name for name, found in checks.items()
+               if all(found[signal] < REVERSED_BELOW for signal in ("vote", "confidence"))]
+    for name in flagged:
+        log.warning("the test-time %s fit on %d questions of %s ranks against both label-free signals (Spearman "
+                    "%+.2f with the vote share, %+.2f with CoT-decoding's confidence, both below %.1f): its top "
+                    "branches are the ones the vote and the confidence rank last, so its picks are likely wrong; "
+                    "compare it with majority voting (lover compare) or refit oriented by the vote: "
+                    "fit_config=orient=vote.", name, questions, task or "this run", checks[name]["vote"],
+                    checks[name]["confidence"], REVERSED_BELOW)
+    return flagged

@@ -25,6 +25,11 @@ REGIMES = {
     "authors": {"n_hidden_layers": 1, "hidden": 100, "init": "xavier", "normalize": "none", "lr": 1e-5,
                 "epochs": 5000, "batch_questions": 0, "losses": "nega+intra+inter_raw",
                 "reduction": "representative", "resample_every": 2000, "curriculum": 0.2},
+    # CCS (Burns et al. 2022): a linear probe on the negation-consistency + confidence loss alone ("nega"), trained as
+    # their code trains it (AdamW lr 1e-3, weight decay 0.01, 1000 full-batch epochs, 10 tries, the lowest final
+    # loss kept) on each set's mean-centred features; the ccs_* rows' probe (probes.py).
+    "ccs": {"n_hidden_layers": 0, "losses": "nega", "lr": 1e-3, "weight_decay": 0.01, "epochs": 1000,
+            "batch_questions": 0, "restarts": 10, "normalize": "mean"},
 }
 
 
