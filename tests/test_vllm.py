@@ -87,7 +87,7 @@ def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(tmp_path, smollm2_dir
     why = _engine_starts_here()
     if why:
         pytest.skip(why)
-    from lover_lmeval.core.select.selection import STRATEGIES
+    from lover_lmeval.core.select.rows import TASK_ROWS
 
     out = tmp_path / "out"
     done = _cli(["--model", "lover_vllm", "--model_args", "n_branches=3,max_model_len=1024,enforce_eager=true",
@@ -97,7 +97,7 @@ def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(tmp_path, smollm2_dir
     (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
     results = json.load(open(results_file))
     metrics = results["results"]["lover_gsm8k"]
-    assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == set(STRATEGIES)
+    assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == set(TASK_ROWS)
     provenance = results["config"]["lover"]
     assert provenance["engine"] == "vllm" and provenance["test_time_fits"]["lover_gsm8k"]["questions"] == 2
     (samples_file,) = glob.glob(str(out / "*" / "samples_lover_gsm8k_*.jsonl"))
