@@ -11,9 +11,7 @@ after every set was scored.
 
 from __future__ import annotations
 
-from lover_lmeval.core.select.selection import ORACLES
-
-from benchmarks.selectors.pooled import FAMILIES, interval, paired, pool
+from benchmarks.selectors.pooled import family_groups, interval, paired, pool
 
 LOVER_ROWS = ("lover_max", "lover_sum")
 MAJORITY = "majority"
@@ -26,26 +24,19 @@ def lover_standing(reports: dict[str, dict], one_answer: dict[str, dict | None] 
     way. Only selectors every set of the family holds are compared. Sizes and sets come in the reports' order (it
     fixes the pooling, as in the recommendation); sets in no family (the sampled bank) are left out."""
     out = []
-    for size in dict.fromkeys(name.split("/")[0] for name in reports):
-        for family, stems in FAMILIES.items():
-            names = [name for name in reports if name in {f"{size}/{stem}" for stem in stems}]
-            if not names:
-                continue
-            held = [set(reports[name]["questions"][0]["correct"]) for name in names]
-            strategies = [s for s in reports[names[0]]["questions"][0]["correct"]
-                          if s not in ORACLES and all(s in h for h in held)]
-            if MAJORITY not in strategies:
-                raise SystemExit(f"{', '.join(names)}: no `{MAJORITY}` row in every report; rerun "
-                                 "benchmarks/selectors/selectors_run.py on these sets")
-            pooled = pool(reports, names, strategies)
-            for row in (r for r in LOVER_ROWS if r in pooled):
-                above = [(s, paired(pooled[s], pooled[row])) for s in strategies if s not in LOVER_ROWS]
-                out.append({"size": size, "family": family, "row": row, "sets": names, "n": len(pooled[row]),
-                            "minus_majority": paired(pooled[row], pooled[MAJORITY]),
-                            "beaten_by": [{"selector": s, "minus_lover": d}
-                                          for s, d in sorted(above, key=lambda sd: -sd[1]["diff"]) if d["low"] > 0],
-                            "one_way_on": [name for name in names
-                                           if row in ((one_answer or {}).get(name) or {}).get("one_way", ())]})
+    for size, family, names, strategies in family_groups(reports):
+        if MAJORITY not in strategies:
+            raise SystemExit(f"{', '.join(names)}: no `{MAJORITY}` row in every report; rerun "
+                             "benchmarks/selectors/selectors_run.py on these sets")
+        pooled = pool(reports, names, strategies)
+        for row in (r for r in LOVER_ROWS if r in pooled):
+            above = [(s, paired(pooled[s], pooled[row])) for s in strategies if s not in LOVER_ROWS]
+            out.append({"size": size, "family": family, "row": row, "sets": names, "n": len(pooled[row]),
+                        "minus_majority": paired(pooled[row], pooled[MAJORITY]),
+                        "beaten_by": [{"selector": s, "minus_lover": d}
+                                      for s, d in sorted(above, key=lambda sd: -sd[1]["diff"]) if d["low"] > 0],
+                        "one_way_on": [name for name in names
+                                       if row in ((one_answer or {}).get(name) or {}).get("one_way", ())]})
     return out
 
 

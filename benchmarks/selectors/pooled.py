@@ -33,11 +33,9 @@ def pool(reports: dict[str, dict], names: list[str], strategies: list[str]) -> d
             for s in strategies}
 
 
-def pooled_panels(reports: dict[str, dict]) -> list[dict]:
-    """The compact figure's panels: per model size and task family (`FAMILIES`), the size's sets of the family pooled
-    in the reports' order, and per row every set of them holds, its pooled paired difference from majority. A
-    description, like the per-set grid: the recommendation pools the 0.5B sets alone (selectors_table.recommend)."""
-    panels = []
+def family_groups(reports: dict[str, dict]):
+    """Per model size and task family (`FAMILIES`) with a set in `reports`: (size, family, the size's sets of the
+    family in the reports' order, the label-free rows every one of them holds). The order fixes each pooling."""
     for size in dict.fromkeys(name.split("/")[0] for name in reports):
         for family, stems in FAMILIES.items():
             names = [name for name in reports if name in {f"{size}/{stem}" for stem in stems}]
@@ -46,10 +44,18 @@ def pooled_panels(reports: dict[str, dict]) -> list[dict]:
             held = [set(reports[name]["questions"][0]["correct"]) for name in names]
             strategies = [s for s in reports[names[0]]["questions"][0]["correct"]
                           if s not in ORACLES and all(s in h for h in held)]
-            pooled = pool(reports, names, strategies)
-            panels.append({"size": size, "family": family, "sets": names, "n": len(pooled["majority"]),
-                           "majority_acc": float(pooled["majority"].mean()),
-                           "minus_majority": {s: paired(pooled[s], pooled["majority"])
-                                              for s in strategies if s != "majority"}})
-    return panels
+            yield size, family, names, strategies
 
+
+def pooled_panels(reports: dict[str, dict]) -> list[dict]:
+    """The compact figure's panels: per model size and task family, the size's sets of the family pooled, and per row
+    every set of them holds, its pooled paired difference from majority. A description, like the per-set grid: the
+    recommendation pools the 0.5B sets alone (selectors_table.recommend)."""
+    panels = []
+    for size, family, names, strategies in family_groups(reports):
+        pooled = pool(reports, names, strategies)
+        panels.append({"size": size, "family": family, "sets": names, "n": len(pooled["majority"]),
+                       "majority_acc": float(pooled["majority"].mean()),
+                       "minus_majority": {s: paired(pooled[s], pooled["majority"])
+                                          for s in strategies if s != "majority"}})
+    return panels
