@@ -45,7 +45,7 @@ def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
     assert set(rows) == set(ROWS) - {"supervised_max", "supervised_sum", "ptrue_max"} | {"trained_max", "trained_sum"}
     assert "| trained_sum |" in (tmp_path / "leaderboard.md").read_text()
     diagnostics = report["tasks"]["lover_gsm8k"]["diagnostics"]
-    assert set(diagnostics) == {"lover", "trained", "supervised_cv"}
+    assert set(diagnostics) == {"lover", "ccs", "pca", "trained", "supervised_cv"}  # the probes fit beside LoVer
     assert diagnostics["lover"]["questions"] == 3 and diagnostics["lover"]["branches"] == 9
     sweep = report["tasks"]["lover_gsm8k"]["layer_sweep"]
     assert sweep["layers"] == [1, 4] and len(sweep["lover_sum"]) == 2  # -1 -> the last of the tiny llama's 4 layers
