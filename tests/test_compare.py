@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ import torch
 from lover_lmeval.harness.model import LoverLM
 from lover_lmeval.core.verify.checkpoints import save_checkpoint
 from lover_lmeval.core.verify.verifier import VerifierConfig, fit
-from lover_lmeval.apps.compare import compare
+from lover_lmeval.apps.compare import Comparison, compare, interval_rows
 from lover_lmeval.apps.samples import tagged_rows
 from lover_lmeval.apps.settings import CompareSettings
 from lover_lmeval.apps.leaderboard import ROWS, render_markdown
@@ -28,6 +30,20 @@ def test_bootstrap_statistics_on_hand_made_outcomes():
     assert bootstrap_interval(np.ones(5), 100, rng) == (1.0, 1.0)
     better = paired_bootstrap(np.array([1.0] * 9 + [0.0]), np.array([0.0] * 9 + [1.0]), 2000, rng)
     assert abs(better["diff"] - 0.8) < 1e-12 and better["p_not_better"] < 0.01 and better["low"] > 0
+
+
+def test_a_rows_interval_does_not_depend_on_the_other_rows():
+    """Each interval draws its resamples from the run's seed and its own (task, row) names: adding a row (a new
+    selector) or another task leaves every other row's interval as it was; another seed moves it."""
+    run = SimpleNamespace(settings=SimpleNamespace(seed=0, n_boot=200))
+    run.rng = partial(Comparison.rng, run)
+    rng = np.random.default_rng(1)
+    table = {name: rng.integers(0, 2, 30).astype(float) for name in ("greedy", "rpc", "lover_sum")}
+    alone = interval_rows(run, "lover_gsm8k", {"lover_sum": table["lover_sum"]}, {})["lover_sum"]
+    among = interval_rows(run, "lover_gsm8k", table, {})["lover_sum"]
+    assert alone == among
+    run.settings.seed = 1
+    assert interval_rows(run, "lover_gsm8k", table, {})["lover_sum"] != among
 
 
 def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):

@@ -19,6 +19,7 @@ transformers and torch take seconds to import.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +62,11 @@ class Comparison:
     """The name of the LoVer(sum) row the paired differences are taken against."""
     header: dict
     """The report's fields before its tasks."""
-    rng: np.random.Generator
+
+    def rng(self, *names: str) -> np.random.Generator:
+        """The bootstrap's resamples for one interval, seeded by the run's seed and the interval's names (task, row):
+        adding a row or a task leaves every other interval as it was."""
+        return np.random.default_rng([self.settings.seed, zlib.crc32("/".join(names).encode())])
 
 
 @dataclass
@@ -102,7 +107,6 @@ def setup(settings: CompareSettings) -> Comparison:
     # Every task's extractor and metric, before the model loads: a metric read only after decoding ended the run there
     checked = {task: check_task(manager.load([task])["tasks"][task]) for task in settings.tasks}
     settings.out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(settings.seed)
     lm = load_model(settings)
     layers = [check_layer(layer, lm.model.config.num_hidden_layers) for layer in settings.layers]
     # Extra verifiers scored on the same features (e.g. one trained on the training split next to the
@@ -113,7 +117,7 @@ def setup(settings: CompareSettings) -> Comparison:
     metas = {**lm.pipeline.verifier_meta, **{name: meta for name, (_, meta) in extra.items()}}
     tags = {name: label_tag(meta) for name, meta in metas.items()}
     return Comparison(settings, manager, checked, lm, layers, extra, tagged_rows(tags, list(lm.pipeline.verifier_meta)),
-                      "lover_sum" + tags.get("lover", ""), report_header(settings, lm, metas), rng)
+                      "lover_sum" + tags.get("lover", ""), report_header(settings, lm, metas))
 
 
 def more_verifiers(run: Comparison, results: list, gold: list[str], extract_name: str
@@ -138,12 +142,13 @@ def more_verifiers(run: Comparison, results: list, gold: list[str], extract_name
     return rows, diagnostics, scored
 
 
-def interval_rows(run: Comparison, table: dict[str, np.ndarray], shares: dict[str, dict]) -> dict[str, dict]:
+def interval_rows(run: Comparison, task: str, table: dict[str, np.ndarray], shares: dict[str, dict]
+                  ) -> dict[str, dict]:
     """Each row's accuracy with its bootstrap interval and n; an lm-eval filter's row also its picks' shares
     (pick_shares), a row derived here none."""
     rows = {}
     for name, correct in table.items():
-        low, high = bootstrap_interval(correct, run.settings.n_boot, run.rng)
+        low, high = bootstrap_interval(correct, run.settings.n_boot, run.rng(task, name))
         rows[name] = {"acc": float(correct.mean()), "low": low, "high": high, "n": int(len(correct)),
                       **shares.get(name, {})}
     return rows
@@ -162,8 +167,9 @@ def compare_task(run: Comparison, task: str) -> TaskOutcome:
     more_rows, diagnostics, scored = more_verifiers(run, results, gold, extract_name)
     table.update(more_rows)
     branches = [json.dumps(r) for r in branch_records(task, doc_ids, results, gold, extract, scored)]
-    rows = interval_rows(run, table, shares)
-    paired = {base: paired_bootstrap(table[run.lover_sum], table[base], run.settings.n_boot, run.rng)
+    rows = interval_rows(run, task, table, shares)
+    paired = {base: paired_bootstrap(table[run.lover_sum], table[base], run.settings.n_boot,
+                                   run.rng(task, run.lover_sum, base))
               for base in ("majority", "cot_sum") if base in table and run.lover_sum in table}
     distinct = float(np.mean([n_answer_groups([a.value if (a := stated_answer(extract, b)) else None
                                                for b in r.branches]) for r in results]))
