@@ -58,7 +58,11 @@ def lm(smollm2_dir):
     from lover_lmeval.harness.vllm_model import LoverVLLM
 
     # enforce_eager: no compile of the model at start (tens of seconds on a CPU); the branches are the same
-    return LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True, verifier=None)
+    lm = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True, verifier=None)
+    yield lm
+    # Stop the engine's process now: left to vLLM's exit hook, it logs into streams pytest has closed by then (a
+    # screenful of "Logging error" in CI's log after the summary line).
+    lm.model.llm_engine.engine_core.shutdown()
 
 
 @pytest.fixture(scope="module")

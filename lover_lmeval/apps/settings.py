@@ -75,7 +75,8 @@ class CompareSettings(LmEvalSettings):
     n_boot: int = 2000
     """Bootstrap resamples per interval."""
     seed: int = 0
-    """Seed of the bootstrap and of the supervised cross-fit."""
+    """Seed of the bootstrap (with each interval's task and row names: one row's interval never depends on the other
+    rows) and of the supervised cross-fit."""
     layers: list[int] = field(default_factory=list)
     """Feature layers of a label-free layer sweep (none: no sweep)."""
     cv_folds: int = 2
