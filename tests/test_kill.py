@@ -18,11 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 LIMIT = 6
 
 
-def command(bank: Path, out: Path) -> list[str]:
+def command(bank: Path, out: Path, limit: int = LIMIT) -> list[str]:
     """The embedded SmolLM2, 2 branches of at most 24 tokens, one question per decoding batch."""
     return [sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args",
             f"n_branches=2,bank={bank},feature_cache=none", "--batch_size", "1", "--gen_kwargs", "max_gen_toks=24",
-            "--tasks", "lover_gsm8k", "--include_path", str(REPO / "task_configs"), "--limit", str(LIMIT),
+            "--tasks", "lover_gsm8k", "--include_path", str(REPO / "task_configs"), "--limit", str(limit),
             "--output_path", str(out)]
 
 
@@ -91,7 +91,11 @@ def test_ctrl_c_says_in_one_line_how_many_questions_are_banked_and_that_the_comm
     """SIGINT (what Ctrl-C sends) once a question is banked: the run ends as an interrupt (status 130, or killed by
     SIGINT), its last line says how many questions the bank holds and where, and no traceback is printed."""
     bank = tmp_path / "bank.sqlite"
-    process = subprocess.Popen(command(bank, tmp_path / "out"), cwd=tmp_path, env=environment(),
+    # More questions than the kill test's, so that the signal lands while questions are left to decode even when the
+    # bank's read is slow (a read can wait on the writer's lock): with 6, one quiet suite run's signal came only after
+    # all six were banked, and the run ended normally.
+    limit = 4 * LIMIT
+    process = subprocess.Popen(command(bank, tmp_path / "out", limit), cwd=tmp_path, env=environment(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while process.poll() is None and not banked_keys(bank):
         time.sleep(0.05)
@@ -99,7 +103,7 @@ def test_ctrl_c_says_in_one_line_how_many_questions_are_banked_and_that_the_comm
     process.send_signal(signal.SIGINT)
     _, errors = process.communicate(timeout=600)
     banked = len(banked_keys(bank))
-    assert 1 <= banked < LIMIT and process.returncode in (130, -signal.SIGINT), (process.returncode, errors[-3000:])
+    assert 1 <= banked < limit and process.returncode in (130, -signal.SIGINT), (process.returncode, errors[-3000:])
     lines = [line.strip() for line in errors.replace("\r", "\n").splitlines() if line.strip()]
     assert lines[-1] == (f"lover_hf: interrupted: {banked} questions are banked in {bank}; run the same command to "
                          "resume (banked questions are read back, not decoded again)"), errors[-3000:]
