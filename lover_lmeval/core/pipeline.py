@@ -216,6 +216,13 @@ class Pipeline:
         return LoverResult(q_branches, at_layer.to(self.stored_dtype), probs, self.layer, prompt, more,
                            scored_by={name: self.verifier_ids[name] for name in probs})
 
+    @property
+    def fitted_scorers(self) -> tuple[str, ...]:
+        """The scorers fitted on each task's own branches once it is decoded (finish_task): LoVer with verifier=fit,
+        and the plain probes whenever LoVer scores at all (fitted, or from a checkpoint)."""
+        selection = self.config.selection
+        return (("lover",) if selection.fit_at_test_time else ()) + (PROBES if selection.verifier is not None else ())
+
     def finish_task(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
         """After a task's questions are decoded: report unparsable branches; fit at test time if configured. One
         fit per task, grouping answers with the task's own extractor (`extract`, default model_args'): the
@@ -242,7 +249,7 @@ class Pipeline:
         if self.config.decoding.n_branches == 1:
             neutral_probes(results, "no fit: n_branches=1 leaves one branch per question, nothing to choose among")
             return
-        self._probes_and_checks(record, results, task, extract, PROBES)
+        self._probes_and_checks(record, results, task, extract, self.fitted_scorers)
 
     def _probes_and_checks(self, record: dict, results: list[LoverResult], task: str | None, extract: str,
                            scorers) -> None:
@@ -277,7 +284,7 @@ class Pipeline:
             result.scored_by["lover"] = f"test-time fit on {len(results)} questions of {name} tensors_sha256:{digest}"
         warn_if_one_sided(results, task)
         warn_if_constant_answer(results, task, extract)
-        self._probes_and_checks(self.record.fits[name], results, task, extract, ("lover", *PROBES))
+        self._probes_and_checks(self.record.fits[name], results, task, extract, self.fitted_scorers)
         return verifier
 
     def provenance(self) -> dict:

@@ -18,7 +18,6 @@ from tqdm import tqdm
 from ..core.decode.engine import RunSpec
 from ..core.pipeline import Pipeline, log
 from ..core.results import LoverResult
-from ..core.verify.probes import PROBES
 from .chat import warn_on_prompt_format
 from .filter import check_filters_before_decoding, evaluated_metrics
 from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
@@ -89,9 +88,7 @@ class LoverRequests:
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
         config = self.pipeline.config
         fitting = config.selection.fit_at_test_time
-        # The plain probes are fitted at test time whenever LoVer scores (from a fit or a checkpoint); P(True) opt-in.
-        scored = (set(self.pipeline.verifiers) | ({"lover"} if fitting else set())
-                  | (set(PROBES) if config.selection.verifier is not None else set())
+        scored = (set(self.pipeline.verifiers) | set(self.pipeline.fitted_scorers)
                   | ({"ptrue"} if config.ptrue.enabled else set()))
         with usage_errors():  # a filter or request the model cannot serve: one line on the CLI, before any decoding
             extracts = check_filters_before_decoding(config.selection.extract if fitting else None, scored,

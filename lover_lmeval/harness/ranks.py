@@ -16,7 +16,6 @@ import torch
 
 from ..core.pipeline import Pipeline
 from ..core.results import LoverResult
-from ..core.verify.probes import PROBES
 
 Key = tuple  # (doc_id, prompt text, occurrence): one response lm-eval expects; its padding copies are dropped
 
@@ -55,25 +54,23 @@ def fit_every_task(pipeline: Pipeline, requests, results, world_size: int, extra
     for (task, key, is_copy), result in zip(keys, results):
         if not is_copy:
             local[task][key] = result
-    fitting = pipeline.config.selection.fit_at_test_time
-    probing = pipeline.config.selection.verifier is not None  # the plain probes fit with LoVer or beside a checkpoint
+    fitted = pipeline.fitted_scorers
     merged: dict[str, dict[Key, LoverResult]] = defaultdict(dict)
     # Without a test-time fit nothing depends on other ranks' questions: no exchange (features are large).
-    for share in _exchange(dict(local), world_size if fitting or probing else 1):
+    for share in _exchange(dict(local), world_size if fitted else 1):
         for task, questions in share.items():
             for key, result in questions.items():
                 merged[task].setdefault(key, result)
     for task in sorted(merged):
         ordered = sorted(merged[task])
         pipeline.finish_task([merged[task][k] for k in ordered], task or None, (extracts or {}).get(task))
-    if not (fitting or probing):
+    if not fitted:
         return
-    fitted = (["lover"] if fitting else []) + list(PROBES)
     for (task, key, _), result in zip(keys, results):  # this rank's results, padding copies included
         source = merged[task].get(key)
         if source is not None and source is not result:  # the fits' scores only; loaded verifiers scored locally
             for name in fitted:
                 result.verifier_probs[name] = source.verifier_probs[name]
                 result.scored_by[name] = source.scored_by[name]
-            if fitting:
+            if "lover" in fitted:
                 result.fit_extract = source.fit_extract
