@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -192,13 +193,17 @@ class Pipeline:
             self._score_ptrue(prompt, result)
         return result
 
+    @cached_property
+    def _ptrue_tokens(self) -> tuple[list[int], list[int], list[int]]:
+        """The P(True) pass's query ids and its true and false words' first tokens, tokenized once a run."""
+        query = self.tokenizer.encode(self.config.ptrue.query, add_special_tokens=False)
+        return query, word_tokens(self.tokenizer, TRUE_WORDS), word_tokens(self.tokenizer, FALSE_WORDS)
+
     def _score_ptrue(self, prompt: list[int], result: LoverResult) -> None:
         """P(True) per branch (decode/ptrue.py), one more pass, kept as verifier_probs["ptrue"] = (P, 1 - P) so that
         its score (p+ + 1 - p-) / 2 is P; its time per question is logged and kept in the record."""
         began = time.perf_counter()
-        words = [word_tokens(self.tokenizer, w) for w in (TRUE_WORDS, FALSE_WORDS)]
-        p = ptrue_from_tokens(self.model, prompt, result.branches,
-                              self.tokenizer.encode(self.config.ptrue.query, add_special_tokens=False), *words)
+        p = ptrue_from_tokens(self.model, prompt, result.branches, *self._ptrue_tokens)
         result.verifier_probs["ptrue"] = np.stack([p, 1 - p], axis=-1)
         result.scored_by["ptrue"] = f"P(True) pass, query {self.config.ptrue.query!r}"
         seconds = time.perf_counter() - began
