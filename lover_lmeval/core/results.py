@@ -41,6 +41,13 @@ def _rebuild(state: dict) -> "LoverResult":
     return LoverResult(**state)
 
 
+def model_arg_scoring(verifier: str) -> str:
+    """The model_arg that makes a run compute `verifier`'s scores, for the errors that name the fix: LoVer and the plain
+    probes fitted beside it come with verifier=fit or a checkpoint."""
+    fixes = {"supervised": "supervised_verifier=PATH", "ptrue": "ptrue=true (one more teacher-forced pass per branch)"}
+    return fixes.get(verifier, "verifier=fit (or verifier=PATH)")
+
+
 class LoverResult(str):
     branches: list[Branch]
     stored_features: torch.Tensor | None  # (N, 2, D) in the precision it was computed in (STORED_DTYPES)
@@ -90,11 +97,8 @@ class LoverResult(str):
         """LoVer score per branch, p = (p+ + 1 - p-) / 2; KeyError names what is available."""
         if verifier not in self.verifier_probs:
             have = ", ".join(sorted(self.verifier_probs)) or "none"
-            fix = {"supervised": "supervised_verifier=PATH", "lover": "verifier=PATH (or verifier=fit)",
-                   "ptrue": "ptrue=true (one more teacher-forced pass per branch)"}.get(
-                verifier, "verifier=fit (the test-time fit fits it beside LoVer)")
-            raise KeyError(f"this result carries no scores of verifier {verifier!r} (available: {have}); pass {fix} "
-                           "in --model_args to lover_hf.")
+            raise KeyError(f"this result carries no scores of verifier {verifier!r} (available: {have}); pass "
+                           f"{model_arg_scoring(verifier)} in --model_args to lover_hf.")
         probs = self.verifier_probs[verifier]
         return score(probs[:, 0], probs[:, 1])
 

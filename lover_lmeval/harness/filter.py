@@ -13,6 +13,7 @@ from lm_eval.api.filter import Filter
 
 from ..core.select.answers import get_extractor
 from ..core.pipeline import log
+from ..core.results import model_arg_scoring
 from ..core.select.selection import ORACLES, SCORES_READ, SelectionConfig, check_strategy, select
 
 
@@ -126,10 +127,9 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str], ado
         reads = (select_filter.verifier if select_filter.strategy.startswith("lover_")
                  else SCORES_READ.get(select_filter.strategy))
         if reads is not None and reads not in scored:
-            arg = {"supervised": "supervised_verifier=PATH", "ptrue": "ptrue=true"}.get(reads, "verifier=fit (or PATH)")
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}) reads the scores of "
-                             f"verifier {reads!r}, which this run does not compute: pass {arg} in --model_args, or run "
-                             "tasks without that row.")
+                             f"verifier {reads!r}, which this run does not compute: pass {model_arg_scoring(reads)} in "
+                             "--model_args, or run tasks without that row.")
         if task in extracts and select_filter.reads_fit and select_filter.extract_name != extracts[task]:
             raise ValueError(
                 f"lover_hf fits its test-time verifier with extract={extracts[task]}, but a task's lover_select filter "
