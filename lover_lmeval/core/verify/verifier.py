@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from .fit_batched import train_together, trains_together
 from .fit_inputs import normalization_stats, normalized_inputs
 from .fit_steps import FitSteps, cpu_threads_for, make_optimizer
 from .loss_spec import total_loss
@@ -192,12 +193,16 @@ def fit(features: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
     _check_inputs(features, mask, groups, labels, answer_ids)
     spec = "supervised" if labels is not None else config.losses
     normalized, mean, std = normalized_inputs(features, mask, config)
-    seeds = torch.randint(0, 2**62, (config.restarts,), generator=torch.Generator().manual_seed(config.seed))
+    seeds = torch.randint(0, 2**62, (config.restarts,), generator=torch.Generator().manual_seed(config.seed)).tolist()
+    verifiers = [seeded_verifier(config, rseed, mean, std) for rseed in seeds]
+    if trains_together(config, labels, features.shape[0]):  # a linear probe's tries as one (fit_batched.py)
+        trained = iter(train_together(verifiers, normalized, mask, groups, answer_ids, config))
+    else:
+        trained = (train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config,
+                                 torch.Generator().manual_seed(rseed + 1)) for verifier, rseed in zip(verifiers, seeds))
     best, best_final, history, restart_losses = None, None, [], []
-    for restart, rseed in enumerate(tqdm(seeds.tolist(), desc="fitting verifier (restarts)", leave=False)):
-        verifier = seeded_verifier(config, rseed, mean, std)
-        rows = train_restart(verifier, normalized, mask, groups, labels, answer_ids, spec, config,
-                              torch.Generator().manual_seed(rseed + 1))
+    for restart, verifier in enumerate(tqdm(verifiers, desc="fitting verifier (restarts)", leave=False)):
+        rows = next(trained)
         final = (unsupervised_eval(verifier, normalized, mask, groups, config, answer_ids)
                  if rows is not None else {})
         if labels is not None and rows is not None:
