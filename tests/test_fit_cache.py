@@ -29,10 +29,10 @@ def test_the_same_inputs_are_fitted_once_and_other_inputs_again():
     fit alone). The first 3 of 4 branches, another seed or another config: different inputs, fitted anew."""
     results = _results()
     hits = FITS.hits
-    first = fit_on_results(results, "number", CONFIG)
+    first = fit_on_results(results, "number", CONFIG).verifier
     scores = [r.scores().copy() for r in results]
     first.orientation.fill_(-1.0)
-    again = fit_on_results(results, "number", CONFIG)
+    again = fit_on_results(results, "number", CONFIG).verifier
     assert FITS.hits == hits + 1 and again is not first and float(again.orientation) == 1.0
     assert all((r.scores() == s).all() for r, s in zip(results, scores))
     fewer = [LoverResult(r.branches[:3], r.stored_features[:3]) for r in results]

@@ -148,7 +148,7 @@ def main():
         for spec in args.specs.split("|"):
             config = config_from_string(spec)
             t0 = time.perf_counter()
-            verifier = fit_on_results(results, extract_name, config)  # label-free; scores the results in place
+            verifier = fit_on_results(results, extract_name, config).verifier  # label-free; scores in place
             fit_s = time.perf_counter() - t0
             scored, fit_correct = selector_row(("lover_max", "lover_sum", "majority", "greedy"), ("majority",))
             if layer in first_spec_correct:

@@ -42,8 +42,8 @@ from .decode.ptrue import FALSE_WORDS, TRUE_WORDS, ptrue_from_tokens, word_token
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
 from .verify.probes import PROBES, fit_probes, neutral_probes
-from .verify.scoring import (fit_on_results, rank_checks, unparsed_counts, warn_if_constant_answer, warn_if_one_sided,
-                             warn_if_reversed)
+from .verify.scoring import (fit_on_results, rank_checks, task_batch, unparsed_counts, warn_if_constant_answer,
+                             warn_if_one_sided, warn_if_reversed)
 from .select.selection import select
 from .decode.token_stats import decode_stats, encode_stats
 
@@ -257,11 +257,13 @@ class Pipeline:
         self._probes_and_checks(record, results, task, extract, self.fitted_scorers)
 
     def _probes_and_checks(self, record: dict, results: list[LoverResult], task: str | None, extract: str,
-                           scorers) -> None:
+                           scorers, batch: tuple | None = None) -> None:
         """Fit the plain probes; then, label-free, whether each of `scorers` ranks its branches against both the vote
-        and CoT-decoding's confidence (the correlations into `record`, a warning for each fit that does)."""
-        record["probes"] = fit_probes(results, extract, self.config.fit, self.model.device)
-        checks = rank_checks(results, extract, scorers)
+        and CoT-decoding's confidence (the correlations into `record`, a warning for each fit that does). `batch`:
+        the task's `task_batch` on the model's device, if LoVer's fit made it already."""
+        batch = batch or task_batch(results, extract, self.model.device)
+        record["probes"] = fit_probes(results, extract, self.config.fit, self.model.device, batch)
+        checks = rank_checks(results, extract, scorers, batch[3])
         record["rank_checks"] = {**checks, "reversed": warn_if_reversed(checks, task, len(results))}
 
     def skip_fit(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
@@ -281,15 +283,19 @@ class Pipeline:
         """Test-time fit: label-free on these results' own branches, their answers grouped by `extract` (default
         model_args'); stores the `lover` scores and warns when the fit is degenerate. Returns the verifier."""
         extract = extract or self.config.selection.extract
-        verifier = fit_on_results(results, extract=extract, config=self.config.fit, device=self.model.device)
+        batch = task_batch(results, extract, self.model.device)  # stacked once for LoVer, the probes and the checks
+        fitted = fit_on_results(results, extract=extract, config=self.config.fit, device=self.model.device,
+                                batch=batch)
+        verifier = fitted.verifier
         digest, name = tensors_sha256(verifier.state_dict()), task or "this run"
         self.record.fits[name] = {"questions": len(results), "extract": extract,
-                                  "fit_config": asdict(self.config.fit), "verifier_tensors_sha256": digest}
+                                  "fit_config": asdict(self.config.fit), "final_losses": fitted.final_losses,
+                                  "verifier_tensors_sha256": digest}
         for result in results:
             result.scored_by["lover"] = f"test-time fit on {len(results)} questions of {name} tensors_sha256:{digest}"
         warn_if_one_sided(results, task)
         warn_if_constant_answer(results, task, extract)
-        self._probes_and_checks(self.record.fits[name], results, task, extract, self.fitted_scorers)
+        self._probes_and_checks(self.record.fits[name], results, task, extract, self.fitted_scorers, batch)
         return verifier
 
     def provenance(self) -> dict:

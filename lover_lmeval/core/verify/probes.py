@@ -30,7 +30,7 @@ from torch import nn
 from .checkpoints import tensors_sha256
 from .fit_cache import FITS
 from .fit_inputs import normalization_stats
-from .scoring import batch_results, orient_fit, store_scores
+from .scoring import orient_fit, store_scores, task_batch
 from .verifier_config import VerifierConfig
 
 #: The probes the test-time fit fits beside LoVer, in this order (their scores' names in `verifier_probs`).
@@ -83,20 +83,19 @@ def ccs_config(config: VerifierConfig) -> VerifierConfig:
 
 
 def fit_probes(results, extract: str, config: VerifierConfig | None = None,
-               device: str | torch.device | None = None) -> dict[str, dict]:
+               device: str | torch.device | None = None, batch: tuple | None = None) -> dict[str, dict]:
     """Fit every probe of `PROBES` label-free on these results' features, orient it by `config.orient` (LoVer's
-    rule), store its scores as `result.verifier_probs[name]`; returns {name: its record} (config, tensors hash)."""
+    rule), store its scores as `result.verifier_probs[name]`; returns {name: its record} (config, CCS's final
+    losses, tensors hash). `batch`: the results' `scoring.task_batch` on `device`, if made already."""
     config = config or VerifierConfig()
-    features, mask, groups, answers = batch_results(results, extract)
-    if device is not None:
-        features, mask, groups = features.to(device), mask.to(device), groups.to(device)
+    features, mask, groups, answers = batch or task_batch(results, extract, device)
     cfg = ccs_config(config)
-    made = {"ccs": (FITS.fit(features, mask, groups, cfg).verifier, asdict(cfg)),
-            "pca": (fit_pca(features, mask, config), {"orient": config.orient})}
+    ccs = FITS.fit(features, mask, groups, cfg)
+    made = {"ccs": (ccs.verifier, {"config": asdict(cfg), "final_losses": ccs.final_losses}),
+            "pca": (fit_pca(features, mask, config), {"config": {"orient": config.orient}})}
     records = {}
     for name in PROBES:
-        probe, settings = made[name]
-        record = {"config": settings}
+        probe, record = made[name]
         if config.orient != "none":
             record["orient_correlation"] = orient_fit(probe, config.orient, results, extract, features, mask, answers)
         store_scores(results, probe, features, name)

@@ -51,6 +51,16 @@ def batch_results(results, extract: str):
     return features, mask, groups, answers
 
 
+def task_batch(results, extract: str, device: str | torch.device | None = None):
+    """`batch_results`' (features, mask, groups, answers) with the tensors on `device` (None: where they are, the
+    CPU): what a task's test-time fit, the probes fitted beside it and the rank checks read, stacked and moved once
+    per task and handed to each (a copy of the task's features apiece before)."""
+    features, mask, groups, answers = batch_results(results, extract)
+    if device is not None:
+        features, mask, groups = features.to(device), mask.to(device), groups.to(device)
+    return features, mask, groups, answers
+
+
 def answer_ids(answers: list[list[str | None]], width: int) -> torch.Tensor:
     """(Q, width) long: the same id for the same answer string in every question, -1 for no answer and padding."""
     ids: dict[str, int] = {}
@@ -168,15 +178,16 @@ def top_pick(picks: list[str]) -> tuple[str, float] | None:
 
 
 def fit_on_results(results, extract: str, config: VerifierConfig | None = None,
-                   device: str | torch.device | None = None):
-    """Test-time fit: train label-free on these results' own branches, then score them in place. The fit runs on
-    `device` (the model's, e.g. a GPU; default the CPU, where the results' features are) and once per distinct input
-    in a process (fit_cache.FITS: `lover compare`'s refits on the test-time fit's inputs reuse it)."""
+                   device: str | torch.device | None = None, batch: tuple | None = None):
+    """Test-time fit: train label-free on these results' own branches, then score them in place; returns the
+    `FitResult` (its verifier, final losses). The fit runs on `device` (the model's, e.g. a GPU; default the CPU,
+    where the results' features are) and once per distinct input in a process (fit_cache.FITS: `lover compare`'s
+    refits on the test-time fit's inputs reuse it). `batch`: the results' `task_batch` on `device`, if made already."""
     config = config or VerifierConfig()
-    features, mask, groups, answers = (t.to(device) if isinstance(t, torch.Tensor) and device is not None else t
-                                       for t in batch_results(results, extract))
+    features, mask, groups, answers = batch or task_batch(results, extract, device)
     ids = answer_ids(answers, mask.shape[1]).to(mask.device)
-    verifier = FITS.fit(features, mask, groups, config, answer_ids=ids).verifier
+    fitted = FITS.fit(features, mask, groups, config, answer_ids=ids)
+    verifier = fitted.verifier
     if config.orient != "none":
         correlation = orient_fit(verifier, config.orient, results, extract, features, mask, answers)
         log.info("test-time fit: Spearman(score, %s) = %+.3f -> %s", config.orient, correlation,
@@ -184,7 +195,7 @@ def fit_on_results(results, extract: str, config: VerifierConfig | None = None,
     store_scores(results, verifier, features, "lover")
     for result in results:  # lover_select checks it against the task's own extractor
         result.fit_extract = extract
-    return verifier
+    return fitted
 
 
 def unparsed_counts(results, extract: str) -> tuple[int, int]:
@@ -224,14 +235,17 @@ def warn_if_constant_answer(results, task: str | None, extract: str) -> None:
 REVERSED_BELOW = -0.3
 
 
-def rank_checks(results, extract: str, names) -> dict[str, dict[str, float]]:
+def rank_checks(results, extract: str, names, answers: list[list[str | None]] | None = None
+                ) -> dict[str, dict[str, float]]:
     """Per scorer in `names` (`result.verifier_probs` keys), the Spearman correlation of its branch scores with each
     branch's vote share ("vote") and with CoT-decoding's confidence in its answer ("confidence"), over every real
     branch of `results` (the branches the fit saw; without an answer both signals are 0, as `orient_by` reads them).
-    Label-free: both signals are the model's own; 0 where a signal or the scores are constant (`spearman`)."""
+    Label-free: both signals are the model's own; 0 where a signal or the scores are constant (`spearman`).
+    `answers`: the task's `task_batch` answers, if extracted already."""
     width, extractor = max(len(r.branches) for r in results), get_extractor(extract)
-    answers = [[a.value if (a := stated_answer(extractor, b)) is not None else None for b in r.branches]
-               for r in results]  # batch_results' answers, without stacking the features
+    if answers is None:  # batch_results' answers, without stacking the features
+        answers = [[a.value if (a := stated_answer(extractor, b)) is not None else None for b in r.branches]
+                   for r in results]
     mask = torch.tensor([[i < len(r.branches) for i in range(width)] for r in results])
     signals = {"vote": vote_shares(answers, width)[mask],
                "confidence": branch_confidences(results, extract, width)[mask]}
