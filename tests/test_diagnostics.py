@@ -118,3 +118,17 @@ def test_pick_shares_name_the_rows_that_answer_one_way():
     assert found["lover_sum"] == {"top_pick_share": 1.0, "answered": 10, "one_answer": False}
     assert found["cot_max"] == {"top_pick_share": None, "answered": 0, "one_answer": False}
     assert found["first"] == {"top_pick_share": 1 / 3, "answered": 3, "one_answer": False}
+
+
+def test_accuracy_vs_n_points_grow_logarithmically_past_ten_branches():
+    """Every n up to 10, then doubling, then N: N = 1 -> [1]; N = 10 -> 1..10 (the golden's curve); N = 12 -> 1..10, 12;
+    N = 64 -> 1..10, 16, 32, 64; N = 100 -> 1..10, 16, 32, 64, 100. The branches refit over the points stay within
+    3 N a question (1 + ... + 10 + 16 + 32 + 64 = 167 for N = 64, against 2,080 at every n)."""
+    from lover_lmeval.apps.diagnostics import curve_points
+
+    assert curve_points(1) == [1]
+    assert curve_points(10) == list(range(1, 11))
+    assert curve_points(12) == [*range(1, 11), 12]
+    assert curve_points(64) == [*range(1, 11), 16, 32, 64]
+    assert curve_points(100) == [*range(1, 11), 16, 32, 64, 100]
+    assert all(sum(curve_points(n)) <= 3 * n + 55 for n in range(1, 2000))

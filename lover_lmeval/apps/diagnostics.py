@@ -122,13 +122,29 @@ def strategy_correct(results: list, gold: list[str], strategy: str, extract, ver
     return np.array([float(select(r, strategy, extract, verifier=verifier) == g) for r, g in zip(results, gold)])
 
 
+#: accuracy_vs_n's curve has a point at every n up to this many branches, then at doubling n (and at N).
+EVERY_N_UP_TO = 10
+
+
+def curve_points(n_max: int) -> list[int]:
+    """The n of accuracy_vs_n's points: 1..EVERY_N_UP_TO, then 2^k, then n_max. Each point refits LoVer on n branches
+    a question, so every n up to N would cost O(N^2) fitted branches a question; doubling keeps the sum O(N) (N = 10:
+    1..10; N = 64: 1..10, 16, 32, 64)."""
+    points = list(range(1, min(n_max, EVERY_N_UP_TO) + 1))
+    n = 16
+    while n < n_max:
+        points.append(n)
+        n *= 2
+    return points + ([n_max] if n_max > points[-1] else [])
+
+
 def accuracy_vs_n(results: list, gold: list[str], extract, extract_name: str, config=None,
                   device=None) -> dict[str, list[float]]:
-    """Majority and LoVer(sum) using only the first n branches, n = 1..N (verifier refit on them, on `device`). The
-    point n = N is the test-time fit's inputs when every question has N branches: that fit is reused, not redone
-    (fit_cache.FITS, which only ever reuses a fit of identical inputs)."""
+    """Majority and LoVer(sum) using only the first n branches, n in `curve_points(N)` (verifier refit on them, on
+    `device`). The point n = N is the test-time fit's inputs when every question has N branches: that fit is reused,
+    not redone (fit_cache.FITS, which only ever reuses a fit of identical inputs)."""
     n_max = min(len(r.branches) for r in results)
-    curves = {"n": list(range(1, n_max + 1)), "majority": [], "lover_sum": []}
+    curves = {"n": curve_points(n_max), "majority": [], "lover_sum": []}
     for n in curves["n"]:
         subset = [LoverResult(r.branches[:n], r.stored_features[:n], None, r.layer) for r in results]
         fit_on_results(subset, extract_name, config, device)
