@@ -14,25 +14,33 @@ with):
 
 Our machines are not one CPU (AMD EPYC with AVX-512 and avx512_bf16, others with AVX2 only, Intel Xeons with AVX-512
 and AMX), and PyTorch picks its float kernels by CPU (`ATEN_CPU_CAPABILITY`), so everything computed from features
-rounds differently on each. The verifiers' fits are non-convex: on 8 questions some of them amplify that rounding
-into other solutions, not into a slightly other float (issue 47: four supervised_cv scores 0.0016 vs 0.387 on an
-Intel Xeon). `test_golden_perturbed.py` reruns this pipeline under perturbations standing in for another CPU and
-fails on any value below that moves past its rule. The values therefore fall in three kinds:
+rounds differently on each. The verifiers' fits are non-convex: on 8 questions they amplify that rounding into other
+solutions, not into a slightly other float (issue 47: four supervised_cv scores 0.0016 vs 0.387 on an Intel Xeon;
+issue 54: lover_max's top_pick_share 0.25 vs 0.125 on an EPYC with AVX2 only, a value one noise draw on an EPYC with
+AVX-512 had left in place). Which values a machine moves is not found by trying machines, so the rule is by
+construction, and one place in code decides it, `value_class`:
 
-- outcomes, compared exactly: every pick the label-free fits and the trained checkpoint make (per_question, the
-  accuracy rows and their bootstrap intervals, accuracy vs N, the share of one answer and the gold group's rank),
-  answer groups, each branch's answer, correctness, finish reason and token count, the checkpoint's metadata and
-  tensor shapes. They come from banked token ids, integers and seeded resampling of 0/1 outcomes, and the picks that
-  scores decide stay where their margins are wide, which the perturbation check confirms on every run;
-- floats of the verifiers' arithmetic that perturbations move by rounding only, compared within the tolerances
-  below: mean scores, pooled AUROC and ECE, the checkpoint's losses and tensors, CoT-decoding confidences;
-- chaotic values, whose size is not compared (`CHAOTIC`: the same type, a number in [0, 1]): each branch's score
-  under any fitted verifier, every value read from `supervised_cv`'s scores (its picks, rows and score diagnostics:
-  a 2-fold cross-fit on 4 questions' labels lands on other solutions, its web_of_lies max row 0.25 or 0.375), and the
-  per-question AUROC mean (a handful of questions of a few branch pairs: one near-tie swapped moves it by 1/18).
-  Their properties are tested instead: supervised_cv in `test_golden_perturbed.py` (better than chance on its own
-  training folds, no label of the held-out fold read), the label-free fit in test_verifier.py, and their aggregates
-  here (mean scores, pooled AUROC, picks).
+- **A pure function of the stored bank is compared exactly** (`bank`): everything computed from banked token ids,
+  margins, statistics and answers, and seeded resampling of the outcomes they decide — greedy, majority, CoT-decoding,
+  the confidence and statistics selectors, RPC, pass_at_n, answer groups, each branch's answer, correctness, finish
+  reason and token count, the counts (questions, branches, answered), the checkpoint's metadata and tensor shapes.
+  CoT-decoding's confidence is float64 numpy over banked margins: within CONFIDENCE_TOL, its rounding unit.
+- **A value computed from a fitted model is never compared exactly**: from LoVer's test-time fit, the plain probes
+  fitted beside it (`probes.PROBES`), the trained checkpoint and the supervised cross-fit (`FITTED_SCORERS`; a value's
+  scorer is found by `scorer_of` from the names in its path, so a new probe or a row `<scorer>_<strategy>` is handled
+  without a new line). One branch's score or one question's pick (`fitted_item`) is compared by its type and range
+  only, since a near-tie decides it; what aggregates them over questions is compared within a tolerance measured
+  under perturbations: accuracies, interval bounds, pick shares and paired differences (SHARE_TOL), mean scores,
+  pooled AUROC and ECE, per-question AUROC means, final losses and tensors. The rank checks keep their sign where
+  wide (RANK_CHECK_WIDE). Every float of `supervised_cv` (a 2-fold cross-fit on 4 questions' labels) is an item.
+
+What catches a broken fit is then its properties, not its bits: its own final losses (`fit_checks` and the
+checkpoint's, LOSS_TOL), its rank checks' signs, its mean scores and pooled AUROC, and accuracies within SHARE_TOL;
+supervised_cv's in `test_golden_perturbed.py` (better than chance on its own training folds, no label of the held-out
+fold read). Two planted changes must fail the golden (test_golden_perturbed.py): scores read with p+ and p- swapped,
+and every fit's negation loss dropped. `test_golden_perturbed.py` reruns this pipeline under other kernels, another
+thread count and ten noise draws of the features (1e-6 and 1e-5, five seeds each), and fails on any value that moves
+past its rule.
 """
 
 from __future__ import annotations
@@ -47,15 +55,18 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from lover_lmeval.core.verify.probes import PROBES
+
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "golden"
 BANK = GOLDEN / "smollm2_bank.jsonl.gz"
 TASKS = "lover_gsm8k,lover_bbh_web_of_lies"
 
-# Tolerances: the largest difference measured, times 3 to 4. Measured with torch 2.13.0+cpu on an AMD EPYC with
+# Tolerances: the largest difference measured, times 2 to 4. Measured with torch 2.13.0+cpu on an AMD EPYC with
 # AVX-512 as the spread of each kind of value over (P) 40 fits of each task's banked features multiplied by
 # (1 + 1e-6 noise), in-process as `lover compare` and `lover train` fit them, under native and scalar kernels,
-# and (G) the golden run under each of test_golden_perturbed.py's perturbations, next to the earlier measurements
+# (G) the golden run under each of test_golden_perturbed.py's perturbations of issue 47 (kernels, threads, one noise
+# draw) and (N) its ten noise draws of issue 54 (1e-6 and 1e-5, five seeds), next to the earlier measurements
 # between kernels: (A) an EPYC with AVX-512 vs one whose VM exposes AVX2 only (expected.json was written there),
 # (B) ATEN_CPU_CAPABILITY=avx2 vs =default on the latter.
 MEAN_SCORE_TOL = 0.05
@@ -69,22 +80,40 @@ by more (0.66 -> 0.34, 0.61 -> 0.39)."""
 LOSS_TOL = 0.02
 """The checkpoint's final losses (0.01 to 1.2 here). Measured 5.8e-3 (P: the gsm8k fit's inter term), 4.0e-3 (G: its
 nega term 0.1738 vs 0.1777 under feature noise), 1.3e-3 (A)."""
-TENSOR_TOL = 0.015
+TENSOR_TOL = 0.03
 """A checkpoint tensor's mean and root mean square, as a fraction of its expected root mean square. Measured 4.4e-3
-(P), 6.2e-4 (G), 1.6e-5 (B)."""
+(P), 6.2e-4 (G), 1.6e-5 (B), 8.2e-3 (N: mlp.0.bias's rms 0.02950 -> 0.02974 under 1e-5 noise)."""
 CONFIDENCE_TOL = 1e-5
 """CoT-decoding confidence: float64 numpy over banked margins, so the same on every CPU (equal in A and B); this
 is one unit of its 5-decimal rounding, so a value on a rounding edge cannot fail."""
-CHAOTIC = "chaotic"
-"""The rule of a value whose size a fit reaches chaotically: compared as the same type and a number in [0, 1]."""
-RANKED = {"auroc_pooled", "ece"}
-MEAN_SCORES = {"mean_score_correct", "mean_score_incorrect"}
-SCORE_DIAGNOSTICS = {*RANKED, *MEAN_SCORES, "auroc_per_question_mean", "gold_group_top_scored", "top_pick_share"}
+FIT_LOSS_TOL = 0.25
+"""A test-time fit's final losses (`fit_checks`; LoVer's total 0.63 on web_of_lies, CCS's 0.004): its 3 restarts on 8
+questions land in other minima. Measured 0.117 (N: web_of_lies lover total 0.629 -> 0.746; its terms by up to 0.058).
+A fit whose negation term is dropped moves it by far more (test_golden_perturbed.py)."""
+SHARE_TOL = 0.25
+"""An accuracy, interval bound, pick share, paired difference or its p-value computed from a fitted scorer's picks:
+on 8 questions one pick that a near-tie decides moves a share by 1/8. Measured 0.125 (N: web_of_lies lover_sum at 8
+branches 0.25 -> 0.375)."""
+PER_QUESTION_AUROC_TOL = 0.25
+"""The per-question AUROC mean of a fitted scorer: a handful of questions with a few branch pairs each, so one
+near-tie swapped moves it by a step (1/18 and more). Measured 0.140 (N: web_of_lies lover 0.485 -> 0.345)."""
+RANK_CHECK_WIDE = 0.2
+"""A rank check (Spearman of a fit's scores with the vote share, with CoT confidence) at least this far from 0 keeps
+its sign; nearer 0 it may take either. Measured: none changed sign; the largest move 0.042 (N: web_of_lies lover
+with CoT confidence 0.70 -> 0.66)."""
+SCORE_DIAGNOSTICS = {"auroc_pooled", "ece", "mean_score_correct", "mean_score_incorrect", "auroc_per_question_mean",
+                     "gold_group_top_scored", "top_pick_share"}
 """The diagnostics read from a verifier's scores; the others (branch accuracy, groups, gold among answers) are not."""
-BRANCH_OUTCOMES = {"task", "doc_id", "branch", "answer", "right", "finish", "tokens"}
 
 
-def _lover(*args: str, cwd: Path, env: dict[str, str]) -> None:
+def _lover(*args: str, cwd: Path, env: dict[str, str] | None) -> None:
+    """The installed `lover` command in a process of its own with `env` on top of this one's; None: in this process
+    (the same code and outputs, without a second start of Python, torch and lm-eval's task index)."""
+    if env is None:
+        from lover_lmeval.apps.cli import main
+
+        assert main(list(args)) == 0
+        return
     lover = Path(sys.executable).with_name("lover")
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env}
     done = subprocess.run([str(lover), *args], cwd=cwd, env=environment, capture_output=True, text=True,
@@ -105,10 +134,14 @@ def _tensor_summaries(path: Path) -> dict[str, dict]:
     return out
 
 
-def golden_run(tmp_path: Path, env: dict[str, str] | None = None, features: Path | None = None) -> dict:
+def golden_run(tmp_path: Path, env: dict[str, str] | None = None, features: Path | None = None,
+               in_process: bool = False) -> dict:
     """Everything the two commands produce that a refactor must not change (paths, timings and digests of float
     bytes removed). `env`: variables the two commands run with on top of this process's (the perturbation check's
-    kernels and threads); `features`: a feature cache to read (and fill), else a new one in `tmp_path`."""
+    kernels and threads); `features`: a feature cache to read (and fill), else a new one in `tmp_path`;
+    `in_process`: run both commands in this process (the perturbation check's noise draws, which change no
+    variable), else each as the installed command, as a user runs it."""
+    env = None if in_process else (env or {})
     ckpt = tmp_path / "gsm8k.safetensors"
     if features is None:
         features = tmp_path / "features"
@@ -116,11 +149,11 @@ def golden_run(tmp_path: Path, env: dict[str, str] | None = None, features: Path
     args = f"bank={BANK},bank_only=true,feature_cache={features}"
     _lover("train", "--model_args", args, "--task", "lover_gsm8k", "--split", "test", "--limit", "8",
            "--apply_chat_template", "--include_path", str(REPO / "task_configs"), "--out", str(ckpt), cwd=tmp_path,
-           env=env or {})
+           env=env)
     out = tmp_path / "compare"
     _lover("compare", "--model_args", args, "--tasks", TASKS, "--limit", "8", "--apply_chat_template",
            "--include_path", str(REPO / "task_configs"), "--n_boot", "200", "--verifiers", f"trained={ckpt}",
-           "--out", str(out), cwd=tmp_path, env=env or {})
+           "--out", str(out), cwd=tmp_path, env=env)
     leaderboard = json.loads((out / "leaderboard.json").read_text())
     leaderboard.pop("model_args")  # holds this run's temporary paths
     metadata = json.loads(ckpt.with_suffix(".json").read_text())
@@ -134,28 +167,94 @@ def golden_run(tmp_path: Path, env: dict[str, str] | None = None, features: Path
     }
 
 
-def _rule(path: tuple, expected_parent: dict | None) -> float | str | None:
-    """How the value at `path` (keys and list indices from the top) is compared: the allowed |got - expected| of a
-    float, CHAOTIC, or None: exactly equal."""
-    part, field = path[0], path[-1]
-    supervised = any(str(key).startswith("supervised_cv") for key in path)  # its rows are supervised_cv_max, _sum
-    if part == "branches":
-        if field == "confidence":
-            return CONFIDENCE_TOL
-        return None if field in BRANCH_OUTCOMES else CHAOTIC  # every other branch field is a verifier's score
-    if part == "per_question":
-        return CHAOTIC if supervised else None
-    if part == "leaderboard" and "rows" in path and supervised:
-        return None if field == "n" else CHAOTIC
-    if part == "leaderboard" and "diagnostics" in path and field in SCORE_DIAGNOSTICS:
-        if supervised or field == "auroc_per_question_mean":
-            return CHAOTIC
-        return RANKED_TOL if field in RANKED else MEAN_SCORE_TOL if field in MEAN_SCORES else None
-    if part == "checkpoint_metadata" and "final_losses" in path:
-        return LOSS_TOL
-    if part == "checkpoint_tensors" and field in ("mean", "rms"):
-        return TENSOR_TOL * expected_parent["rms"] + 1e-12  # a zero tensor stays zero
-    return None
+#: The scorers whose scores come from a fit (a value computed from one is FITTED): LoVer's test-time fit, the plain
+#: probes fitted beside it (probes.PROBES, so a new probe is covered without a line here), the trained checkpoint and
+#: the supervised cross-fit. Every other value is a pure function of the stored bank (its token ids, margins,
+#: statistics and answers, and seeded resampling of outcomes those decide).
+FITTED_SCORERS = ("lover", *PROBES, "trained", "supervised_cv")
+#: The one scorer every paired difference is taken against (`lover compare`'s LoVer(sum) row).
+PAIRED_AGAINST = "lover"
+
+
+def scorer_of(path: tuple) -> str | None:
+    """The fitted scorer the value at `path` is computed from, or None for a pure function of the bank. The keys that
+    name what a value reads: a branch's or a question's field (its score under a scorer; a row's pick), the row of
+    `rows` and `accuracy_vs_n`, the verifier of `diagnostics`; a row reads scorer S when it is S or S's
+    (`<S>_<strategy>`: lover_max, ccs_sum, supervised_cv_max). `paired` holds differences with LoVer(sum),
+    `fit_checks` what the test-time fits say of themselves; the trained checkpoint's losses and tensors are a fit's."""
+    top = path[0]
+    if top == "checkpoint_tensors" or (top == "checkpoint_metadata" and "final_losses" in path):
+        return "trained"
+    if top in ("branches", "per_question"):
+        name = path[-1]
+    elif top == "leaderboard" and len(path) > 4 and path[1] == "tasks":  # leaderboard/tasks/TASK/SECTION/NAME/...
+        if path[3] in ("paired", "fit_checks"):
+            return PAIRED_AGAINST
+        name = path[4] if path[3] in ("rows", "accuracy_vs_n", "diagnostics") else None
+    else:
+        return None
+    named = [s for s in FITTED_SCORERS if isinstance(name, str) and (name == s or name.startswith(s + "_"))]
+    return max(named, key=len) if named else None  # supervised_cv_max reads supervised_cv
+
+
+def _kind(path: tuple, field) -> str:
+    """What a value computed from a fit is (its class below), from where it sits."""
+    if path[0] in ("branches", "per_question"):
+        return "item"  # one branch's score, one question's 0/1 pick
+    if path[0] == "checkpoint_tensors":
+        return "tensor"
+    if "final_losses" in path:
+        return "fit_loss" if "fit_checks" in path else "loss"
+    if "rank_checks" in path:
+        return "rank_check"
+    return {"auroc_pooled": "ranked", "ece": "ranked", "mean_score_correct": "mean_score",
+            "mean_score_incorrect": "mean_score", "auroc_per_question_mean": "per_question_auroc"}.get(field, "share")
+
+
+def value_class(path: tuple, got, expected) -> str:
+    """The class that decides how the value at `path` is compared (CLASSES): the rule of the module docstring."""
+    field = path[-1]
+    scorer = scorer_of(path)
+    if scorer is None or (path[0] == "leaderboard" and "diagnostics" in path and field not in SCORE_DIAGNOSTICS):
+        return "bank_confidence" if field == "confidence" else "bank"  # diagnostics of groups, gold, counts
+    kind = _kind(path, field)
+    if kind == "item" or isinstance(expected, (bool, str)) or expected is None:
+        return "fitted_item"  # one branch's score or question's pick, a flag or answer picks decide (one_answer)
+    if isinstance(expected, int):
+        return "bank"  # a count (n, answered, questions): how many, not which
+    if scorer == "supervised_cv":
+        return "fitted_item"  # every float of the 2-fold cross-fit on 4 questions' labels (docstring)
+    return "fitted_" + kind
+
+
+def _within(tolerance: float):
+    return lambda got, expected, parent: (isinstance(got, float) and math.isfinite(got)
+                                          and abs(got - expected) <= tolerance)
+
+
+def _same_type_in_unit(got, expected, parent) -> bool:
+    number = isinstance(got, (int, float)) and not isinstance(got, bool)
+    return type(got) is type(expected) and (not number or (math.isfinite(got) and 0 <= got <= 1))
+
+
+def _same_sign_where_wide(got, expected, parent) -> bool:
+    return isinstance(got, float) and -1 <= got <= 1 and (abs(expected) < RANK_CHECK_WIDE or got * expected > 0)
+
+
+#: class -> (how it is compared, what the failure line says). `bank`: exactly, type included.
+CLASSES = {
+    "bank_confidence": (_within(CONFIDENCE_TOL), f"tolerance {CONFIDENCE_TOL:g}"),
+    "fitted_item": (_same_type_in_unit, "a fitted item: same type, in [0, 1]"),
+    "fitted_share": (_within(SHARE_TOL), f"a fitted share: tolerance {SHARE_TOL:g}"),
+    "fitted_mean_score": (_within(MEAN_SCORE_TOL), f"tolerance {MEAN_SCORE_TOL:g}"),
+    "fitted_ranked": (_within(RANKED_TOL), f"tolerance {RANKED_TOL:g}"),
+    "fitted_per_question_auroc": (_within(PER_QUESTION_AUROC_TOL), f"tolerance {PER_QUESTION_AUROC_TOL:g}"),
+    "fitted_loss": (_within(LOSS_TOL), f"tolerance {LOSS_TOL:g}"),
+    "fitted_fit_loss": (_within(FIT_LOSS_TOL), f"tolerance {FIT_LOSS_TOL:g}"),
+    "fitted_tensor": (lambda got, expected, parent: _within(TENSOR_TOL * parent["rms"] + 1e-12)(got, expected, parent),
+                      f"tolerance {TENSOR_TOL:g} of the tensor's rms"),
+    "fitted_rank_check": (_same_sign_where_wide, f"the same sign where |expected| >= {RANK_CHECK_WIDE:g}"),
+}
 
 
 def mismatches(got, expected, path: tuple = (), parent: dict | None = None) -> list[str]:
@@ -170,16 +269,10 @@ def mismatches(got, expected, path: tuple = (), parent: dict | None = None) -> l
         if len(got) != len(expected):
             return [f"{where}: {len(got)} items vs {len(expected)} expected"]
         return [line for i, (g, e) in enumerate(zip(got, expected)) for line in mismatches(g, e, (*path, i), parent)]
-    rule = _rule(path, parent) if path else None
-    if rule == CHAOTIC:  # its type, and a score, share or 0/1 outcome in [0, 1]: its size is not compared
-        number = isinstance(got, (int, float)) and not isinstance(got, bool)
-        ok = type(got) is type(expected) and (not number or (math.isfinite(got) and 0 <= got <= 1))
-        return [] if ok else [f"{where}: {got!r} vs {expected!r} (chaotic: same type, in [0, 1])"]
-    both_floats = all(isinstance(v, float) for v in (got, expected))
-    tolerance = rule if both_floats and isinstance(rule, float) else None
-    if tolerance is not None:
-        ok = math.isfinite(got) and abs(got - expected) <= tolerance
-        return [] if ok else [f"{where}: {got!r} vs {expected!r} (tolerance {tolerance:.3g})"]
+    kind = value_class(path, got, expected) if path else "bank"
+    if kind != "bank":
+        same, says = CLASSES[kind]
+        return [] if same(got, expected, parent) else [f"{where}: {got!r} vs {expected!r} ({says})"]
     if type(got) is not type(expected) or got != expected:  # 1 vs 1.0 or True vs 1 is a changed outcome too
         return [f"{where}: {got!r} vs {expected!r} (exact)"]
     return []

@@ -1,59 +1,59 @@
-"""The golden run under perturbations that stand in for another CPU: no golden value may move past its tolerance.
+"""The golden run under perturbations that stand in for another CPU: no golden value may move past its rule.
 
 `test_golden.py` compares one run against `expected.json`, written on one machine. A value that a fit reaches
-chaotically (a restart chosen by a near-tie, a trajectory that amplifies rounding) passes there and fails on the next
-CPU kind (issue 47: four `supervised_cv` scores on an Intel Xeon). This check finds such values on the developer's
-own machine: it reruns the golden pipeline with
+chaotically (a restart chosen by a near-tie, a pick decided by one) passes there and fails on the next CPU kind
+(issue 47: four `supervised_cv` scores on an Intel Xeon; issue 54: lover_max's top_pick_share on an EPYC with AVX2
+only). This check looks for such values on the developer's own machine: it reruns the golden pipeline with
 
 - other float kernels: `ATEN_CPU_CAPABILITY=avx2` where torch picked AVX-512 (else `default`, the scalar ones);
 - another thread count: 1 thread where torch uses several (else 2), so reductions split differently;
-- the features multiplied by (1 + 1e-6 * noise), noise standard normal from a fixed seed: the order of the
-  difference between two CPUs' float32 forward passes, on the cached features both commands read,
+- the features multiplied by (1 + noise * standard normal) for noise 1e-6 and 1e-5 and five seeds each: the order of
+  the difference between two CPUs' float32 forward passes, and ten times it. Another CPU's rounding is one more
+  draw: one draw found what it flipped on one machine (issue 54), ten find what flips on some;
 
-and compares each run with the unperturbed one (the `golden_baseline` fixture, shared with `test_golden.py`) by
-the golden's own rules (`golden.mismatches`). Every line it lists is a value the golden would fail on some machine
-that its tolerance does not cover: make it stable or move it out of the exact comparison (golden.py says which
-values are out, and why).
+and compares each run with the unperturbed one (the `golden_baseline` fixture, shared with `test_golden.py`) by the
+golden's own rules (`golden.mismatches`), listing every value that moved in any run. golden.py's rule puts every
+value computed from a fitted model out of the exact comparison by construction, so a line here means a tolerance
+too tight for what a fit does, or a pure function of the bank that is not pure.
 
-Issue 47's first run of this check (the golden's rules then, AMD EPYC with AVX-512, 2 threads) listed 16 values:
-under avx2 kernels the Xeon's four supervised_cv scores (0.38725 vs 0.00162, ...) and gsm8k's per-question AUROC
-mean of lover and trained (0.667 vs 0.722); under 1 thread none; under feature noise seven lover / trained branch
-scores (by up to 0.08) and three web_of_lies AUROCs (lover per question 0.345 vs 0.485 and pooled 0.575 vs 0.608,
-trained per question 0.559 vs 0.517). golden.py now compares branch scores, supervised_cv's values and per-question
-AUROC means as chaotic values, and pooled AUROC within a tolerance measured on such perturbations.
-
-Two more tests keep the relaxed comparison honest: a planted logic change (scores read with p+ and p- swapped)
-still fails the golden, and the chaotic supervised cross-fit keeps the properties it is for.
+The noise draws run both commands in this process (golden_run(in_process=True)): they change no variable, start
+from the baseline's feature cache, and so cost only the fits. The planted changes that the golden must catch (p+ and
+p- swapped; the negation loss dropped from every fit) run the same way, and the chaotic supervised cross-fit keeps
+the properties it is for.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from golden import BANK, REPO, golden_run, mismatches
+from golden import BANK, REPO, TASKS, golden_run, mismatches, scorer_of
 
-NOISE = 1e-6
-"""Relative size of the feature perturbation (the issue's 1e-6: float32 rounding, 6e-8, grown over the layers)."""
+NOISES = (1e-6, 1e-5)
+"""Relative sizes of the feature perturbation: float32 rounding (6e-8) grown over the layers, and ten times that."""
+SEEDS = range(5)
+"""Noise draws per size: another CPU's rounding is one more draw, so a value one draw flips is found by some draw here
+(issue 54: one draw on an AMD with AVX-512 passed a value that an AVX2-only EPYC then flipped)."""
 
 
-def perturbed_features(source: Path, target: Path, seed: int = 0) -> int:
+def perturbed_features(source: Path, target: Path, seed: int = 0, noise: float = NOISES[0]) -> int:
     """Copy the feature cache `source` to `target` with every feature file's values multiplied by
-    (1 + NOISE * standard normal noise), the files in sorted order from one fixed-seed generator so the perturbation
-    is the same on every run. Returns how many feature files were perturbed (other files are copied as they are)."""
+    (1 + `noise` * standard normal noise), the files in sorted order from one generator seeded by `seed`, so each
+    draw is the same on every run. Returns how many feature files were perturbed (other files are copied as they
+    are)."""
     shutil.copytree(source, target)
     rng = np.random.default_rng(seed)
     files = sorted(target.rglob("*.npy"))
     for path in files:
         values = np.load(path)
-        noise = rng.standard_normal(values.shape).astype(np.float64)
-        np.save(path, (values * (1.0 + NOISE * noise)).astype(values.dtype))
+        draw = rng.standard_normal(values.shape).astype(np.float64)
+        np.save(path, (values * (1.0 + noise * draw)).astype(values.dtype))
     return len(files)
 
 
@@ -65,6 +65,19 @@ def perturbations() -> dict[str, dict[str, str]]:
             f"{threads} thread(s)": {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}}
 
 
+def noise_draws(baseline_features: Path, tmp_path: Path) -> dict[str, dict]:
+    """The golden run on each noise draw of the baseline's features (NOISES x SEEDS), in this process: the features
+    pass is not rerun (the draws start from its cache) and nothing else differs, so each draw costs only the fits."""
+    runs = {}
+    for noise in NOISES:
+        for seed in SEEDS:
+            name = f"features x (1 + {noise:g} noise, seed {seed})"
+            (run := tmp_path / f"noise-{noise:g}-{seed}").mkdir()
+            assert perturbed_features(baseline_features, run / "features", seed, noise) > 0, "no cached features"
+            runs[name] = golden_run(run, features=run / "features", in_process=True)
+    return runs
+
+
 @pytest.mark.slow
 def test_no_golden_value_moves_under_perturbations_standing_in_for_another_cpu(golden_baseline, tmp_path):
     baseline, baseline_features = golden_baseline
@@ -72,10 +85,7 @@ def test_no_golden_value_moves_under_perturbations_standing_in_for_another_cpu(g
     for name, env in perturbations().items():
         (run := tmp_path / name.replace("=", "-").replace(" ", "-")).mkdir()
         runs[name] = golden_run(run, env=env)
-    features = tmp_path / "noisy-features"
-    assert perturbed_features(baseline_features, features) > 0, "the baseline left no cached features to perturb"
-    (run := tmp_path / "noise").mkdir()
-    runs[f"features x (1 + {NOISE:g} noise)"] = golden_run(run, features=features)
+    runs.update(noise_draws(baseline_features, tmp_path))
     moved = [f"{name}: {line}" for name, run in runs.items() for line in mismatches(run, baseline)]
     assert not moved, (f"{len(moved)} golden values moved under perturbations standing in for another CPU: make "
                        "each stable or move it out of the exact comparison (tests/golden.py):\n" + "\n".join(moved))
@@ -85,31 +95,57 @@ def test_no_golden_value_moves_under_perturbations_standing_in_for_another_cpu(g
     assert not inert, f"these perturbations changed no golden value, so they check nothing: {inert}"
 
 
-# Imported by every `lover` process of the planted run (PYTHONPATH): the scoring stage reads each verifier's p+ and
-# p- the wrong way round, as an orientation bug would, so every score s becomes 1 - s (0.5 (p- + 1 - p+)).
-PLANTED = """import lover_lmeval.core.verify.scoring as scoring
-_verifier_on = scoring.verifier_on
-scoring.verifier_on = lambda verifier, features: tuple(reversed(_verifier_on(verifier, features)))
-"""
+@pytest.fixture
+def planted(monkeypatch):
+    """Plant a change in this process's fits and scoring, with an empty fit cache (fit_cache.FITS), so no fit kept
+    from an unplanted run in this process is served to the planted one."""
+    from lover_lmeval.core.verify import fit_cache
+
+    monkeypatch.setattr(fit_cache.FITS, "_fits", OrderedDict())
+    return monkeypatch
 
 
 @pytest.mark.slow
-def test_the_golden_fails_on_a_planted_logic_change(golden_baseline, tmp_path):
-    """Scores read with p+ and p- swapped (s -> 1 - s) change no answer, loss or tensor, only what scores decide,
-    which golden.py compares by aggregates and picks now that each branch's score is chaotic. Hand-worked from the
-    baseline: gsm8k's lover mean score on wrong branches 0.233 -> 0.767 (moved 0.53 > MEAN_SCORE_TOL 0.05) and its
-    pooled AUROC 0.66 -> 0.34 (0.32 > RANKED_TOL 0.12); the same for trained, whose checkpoint is unchanged."""
+def test_the_golden_fails_on_a_planted_logic_change(golden_baseline, tmp_path, planted):
+    """The scoring stage reads each verifier's p+ and p- the wrong way round, as an orientation bug would, so every
+    score s becomes 1 - s (0.5 (p- + 1 - p+)): no answer, loss or tensor changes, only what scores decide, which
+    golden.py compares by aggregates now that each branch's score is a fitted item. Hand-worked from the baseline:
+    gsm8k's lover mean score on wrong branches 0.233 -> 0.767 (moved 0.53 > MEAN_SCORE_TOL 0.05) and its pooled AUROC
+    0.66 -> 0.34 (0.32 > RANKED_TOL 0.12); the same for trained, whose checkpoint is unchanged."""
+    from lover_lmeval.core.verify import scoring
+
     baseline, features = golden_baseline
-    (plant := tmp_path / "plant").mkdir()
-    (plant / "sitecustomize.py").write_text(PLANTED)
-    path = os.pathsep.join(filter(None, [str(plant), os.environ.get("PYTHONPATH")]))
-    (run := tmp_path / "run").mkdir()
-    moved = [line.split(":")[0] for line in mismatches(golden_run(run, env={"PYTHONPATH": path}, features=features),
+    reads = scoring.verifier_on
+    planted.setattr(scoring, "verifier_on", lambda verifier, x: tuple(reversed(reads(verifier, x))))
+    moved = [line.split(":")[0] for line in mismatches(golden_run(tmp_path, features=features, in_process=True),
                                                         baseline)]
     diagnostics = "leaderboard/tasks/lover_gsm8k/diagnostics"
     assert {f"{diagnostics}/{name}/{field}" for name in ("lover", "trained")
             for field in ("mean_score_incorrect", "auroc_pooled")} <= set(moved), moved
     assert not [line for line in moved if line.startswith(("checkpoint", "branches"))], moved
+
+
+@pytest.mark.slow
+def test_the_golden_fails_when_the_fits_drop_the_negation_loss(golden_baseline, tmp_path, planted):
+    """Every fit's objective loses its negation term (weight 0; the term is still computed and reported), a change
+    no pure function of the bank can show. Measured from the baseline: the fits' own negation losses rise far past
+    FIT_LOSS_TOL 0.25 / LOSS_TOL 0.02 (gsm8k's test-time LoVer 0.174 -> 9.19, CCS 0.005 -> 2.64, the checkpoint's
+    0.174 -> 9.19), gsm8k's lover rank checks turn from -0.51 to +0.36 with CoT confidence, and some fitted rows move
+    (web_of_lies' lover_max 0.25 -> 0.75); every value that moves is one a fitted scorer computes (golden.scorer_of)."""
+    from lover_lmeval.core.verify import fit_batched, fit_steps, loss_spec
+
+    baseline, features = golden_baseline
+    parse = loss_spec.parse_loss_spec
+    for module in (loss_spec, fit_steps, fit_batched):
+        planted.setattr(module, "parse_loss_spec",
+                        lambda spec: {term: 0.0 if term == "nega" else w for term, w in parse(spec).items()})
+    moved = [line.split(":")[0] for line in mismatches(golden_run(tmp_path, features=features, in_process=True),
+                                                        baseline)]
+    losses = {f"leaderboard/tasks/{task}/fit_checks/final_losses/{fit}/nega" for task in TASKS.split(",")
+              for fit in ("lover", "ccs")}
+    assert losses | {"checkpoint_metadata/final_losses/nega"} <= set(moved), moved
+    assert "leaderboard/tasks/lover_gsm8k/fit_checks/rank_checks/lover/confidence" in moved, moved
+    assert [path for path in moved if scorer_of(tuple(path.split("/"))) is None] == [], moved
 
 
 def golden_results(features: Path) -> dict[str, tuple[str, list, list[str]]]:

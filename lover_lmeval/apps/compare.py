@@ -154,6 +154,17 @@ def interval_rows(run: Comparison, task: str, table: dict[str, np.ndarray], shar
     return rows
 
 
+def fit_checks(run: Comparison, task: str) -> dict:
+    """What the task's test-time fits say of themselves, label-free (the run's provenance): each fit's final loss
+    (LoVer's, CCS's) and the rank checks (Spearman with the vote share and with CoT-decoding's confidence) with the
+    scorers named as running backwards; {} when nothing was fitted at test time."""
+    record = run.lm.pipeline.record.fits.get(task, {})
+    losses = {"lover": record.get("final_losses"),
+              **{name: probe.get("final_losses") for name, probe in record.get("probes", {}).items()}}
+    return {**({"final_losses": {name: value for name, value in losses.items() if value is not None}}
+               if record else {}), **({"rank_checks": record["rank_checks"]} if "rank_checks" in record else {})}
+
+
 def compare_task(run: Comparison, task: str) -> TaskOutcome:
     """One task through lm-eval, and every row, interval, curve and diagnostic derived from its results."""
     extract_name, metric, gold_extract = run.checked[task]
@@ -178,7 +189,7 @@ def compare_task(run: Comparison, task: str) -> TaskOutcome:
     unparsed, without = unparsed_counts(results, extract_name)
     report = {"extract": extract_name, "metric": metric, "rows": rows, "paired": paired,
               "distinct_answers": distinct, "unparsed_branches": unparsed, "questions_without_answer": without,
-              "accuracy_vs_n": curve, "diagnostics": diagnostics}
+              "accuracy_vs_n": curve, "diagnostics": diagnostics, "fit_checks": fit_checks(run, task)}
     sweep = None
     if run.layers:
         sweep = layer_sweep(run.lm.model, run.lm.pipeline.template_ids, results, gold, extract, extract_name,
