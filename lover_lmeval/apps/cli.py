@@ -1,4 +1,5 @@
-"""`lover` command line: `lover igsm` (iGSM problems), `lover train` (fit a verifier), `lover compare`.
+"""`lover` command line: `lover igsm` (iGSM problems), `lover train` (fit a verifier), `lover compare`, `lover bank`,
+`lover view` (a run as one HTML file).
 
 Subcommand modules are imported only when their subcommand runs, so `lover --help` stays instant; and they import
 torch, lm-eval, transformers and every core module (core/__init__.py loads torch) only in the `run` function that runs
@@ -19,6 +20,8 @@ SUBCOMMANDS = {
     "train": ("lover_lmeval.apps.train_cli", "decode a task's training split and fit a LoVer verifier checkpoint"),
     "compare": ("lover_lmeval.apps.compare_cli", "leaderboard of selection strategies with bootstrap intervals (via lm-eval)"),
     "bank": ("lover_lmeval.apps.bank", "inspect a branch bank or convert it (SQLite, gzip, plain JSON lines)"),
+    "view": ("lover_lmeval.apps.view", "one self-contained HTML file of a run (lm_eval --log_samples output or a lover "
+             "compare folder): per question its N branches and every selector's pick"),
 }
 
 

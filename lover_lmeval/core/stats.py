@@ -5,6 +5,8 @@ No model, no lm-eval: the scoring stage (orientation), the diagnostics and the l
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import torch
 
@@ -21,6 +23,12 @@ def spearman(x: torch.Tensor, y: torch.Tensor) -> float:
     rx, ry = _average_ranks(x) - (len(x) - 1) / 2, _average_ranks(y) - (len(y) - 1) / 2
     denominator = float(rx.norm() * ry.norm())
     return float((rx * ry).sum()) / denominator if denominator > 0 else 0.0
+
+
+def interval_rng(seed: int, *names: str) -> np.random.Generator:
+    """The resamples of one bootstrap interval, seeded by the run's seed and the interval's names (task, row[, base]):
+    adding a row or a task leaves every other interval as it was (`lover compare`, `lover view`)."""
+    return np.random.default_rng([seed, zlib.crc32("/".join(names).encode())])
 
 
 def bootstrap_interval(correct: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[float, float]:
