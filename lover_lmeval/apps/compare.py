@@ -19,7 +19,6 @@ transformers and torch take seconds to import.
 from __future__ import annotations
 
 import json
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from lm_eval.utils import simple_parse_args_string
 from ..core.decode.features import check_layer
 from ..core.files import write_text
 from ..core.select.answers import get_extractor, n_answer_groups, stated_answer
-from ..core.stats import bootstrap_interval, paired_bootstrap
+from ..core.stats import bootstrap_interval, interval_rng, paired_bootstrap
 from ..core.verify.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from ..core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CONSTANT_ANSWER_SHARE, batch_results, store_scores,
                                    unparsed_counts)
@@ -64,9 +63,8 @@ class Comparison:
     """The report's fields before its tasks."""
 
     def rng(self, *names: str) -> np.random.Generator:
-        """The bootstrap's resamples for one interval, seeded by the run's seed and the interval's names (task, row):
-        adding a row or a task leaves every other interval as it was."""
-        return np.random.default_rng([self.settings.seed, zlib.crc32("/".join(names).encode())])
+        """The bootstrap's resamples for one interval (stats.interval_rng with the run's seed)."""
+        return interval_rng(self.settings.seed, *names)
 
 
 @dataclass
