@@ -201,3 +201,21 @@ def test_real_text_tiled(tokenizer):
     unit = branch.token_ids + tokenizer.encode(" 世界 🎉\n", add_special_tokens=False)
     ids = (unit * (LONG // len(unit) + 1))[:LONG]
     assert _one_pass_ends(tokenizer, ids) == _ends_reference(tokenizer, ids)
+
+
+def test_lover_vllm_cuts_a_decoded_continuation_where_the_per_prefix_scan_does(tokenizer):
+    """vllm_engine.cut grows one list instead of copying every prefix: on a real sentence continued past the stop
+    string "Question:", past an end token and up to the budget, it ends where the per-prefix scan ends, with the
+    same Branch."""
+    from lover_lmeval.core.decode.branch import finish_reason_of
+    from lover_lmeval.harness.vllm_engine import cut
+
+    eos = {tokenizer.eos_token_id}
+    text = tokenizer.encode("Add 2 and 3 to get 5. The answer is 5.\n\nQuestion: what is 6 + 1?",
+                            add_special_tokens=False)
+    for ids, stop, budget in ((text, ["Question:"], 64), (text[:6] + [tokenizer.eos_token_id] + text, [], 64),
+                              (text, [], 5)):
+        end = next((k for k in range(1, len(ids) + 1)
+                    if finish_reason_of(tokenizer, ids[:k], stop, eos, budget) is not None), len(ids))
+        reason = finish_reason_of(tokenizer, ids[:end], stop, eos, budget) or "length"
+        assert cut(tokenizer, ids, stop, eos, budget) == make_branch(tokenizer, ids[:end], [], stop, reason)

@@ -26,11 +26,14 @@ from ..core.decode.sampling import question_seed
 
 def cut(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: int) -> Branch:
     """The branch these decoded tokens make: scanned one by one as the HF engine's rows take them (`Row.take_pending`),
-    ended at the first stop string, end token or the budget; no margins or statistics yet (the pipeline's pass)."""
-    for end in range(1, len(ids) + 1):
-        reason = finish_reason_of(tokenizer, ids[:end], stop, eos_ids, budget)
+    ended at the first stop string, end token or the budget; no margins or statistics yet (the pipeline's pass). One
+    list grows as the row's does: a copy of every prefix (ids[:end]) made the scan quadratic in the branch's length."""
+    grown: list[int] = []
+    for token in ids:
+        grown.append(token)
+        reason = finish_reason_of(tokenizer, grown, stop, eos_ids, budget)
         if reason is not None:
-            return make_branch(tokenizer, ids[:end], [], stop, reason)
+            return make_branch(tokenizer, grown, [], stop, reason)
     # vLLM stopped where the scan finds no end (its context window, max_model_len): cut by the engine's limit
     return make_branch(tokenizer, ids, [], stop, "length")
 
