@@ -87,14 +87,15 @@ def test_without_vllm_the_model_is_refused_in_one_line(tmp_path):
 @needs_vllm
 def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(tmp_path, smollm2_dir):
     """The real `lm_eval` CLI, the embedded SmolLM2 (no pretrained): the same rows as lover_hf's, from vLLM's
-    branches, and the provenance names the engine."""
+    branches, and the provenance names the engine and the memory plan. 21 branches: one more first-step candidate
+    than vLLM's default max_logprobs (20), which lover_vllm raises to N."""
     why = _engine_starts_here()
     if why:
         pytest.skip(why)
     from lover_lmeval.core.select.rows import TASK_ROWS
 
     out = tmp_path / "out"
-    done = _cli(["--model", "lover_vllm", "--model_args", "n_branches=3,max_model_len=1024,enforce_eager=true",
+    done = _cli(["--model", "lover_vllm", "--model_args", "n_branches=21,max_model_len=1024,enforce_eager=true",
                  "--gen_kwargs", "max_gen_toks=24", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples",
                  "--output_path", str(out)], tmp_path)
     assert done.returncode == 0, done.stderr[-5000:]
@@ -104,10 +105,14 @@ def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(tmp_path, smollm2_dir
     assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == set(TASK_ROWS)
     provenance = results["config"]["lover"]
     assert provenance["engine"] == "vllm" and provenance["test_time_fits"]["lover_gsm8k"]["questions"] == 2
+    plan = provenance["memory_plan"]
+    assert plan["mode"] == plan["placement"] == "beside" and plan["device"] == "cpu" and plan["max_model_len"] == 1024
+    assert plan["weight_bytes"] == 134_515_008 * 4  # SmolLM2-135M in float32, from its safetensors headers
+    assert "lover_vllm memory plan: beside." in done.stderr
     (samples_file,) = glob.glob(str(out / "*" / "samples_lover_gsm8k_*.jsonl"))
     for sample in map(json.loads, open(samples_file)):
         logged = json.loads(sample["resps"][0][0])
-        assert len(logged["texts"]) == 3 and logged["features"] == [3, 2, 576]
+        assert len(logged["texts"]) == 21 and logged["features"] == [21, 2, 576]
 
 
 @needs_vllm
@@ -193,6 +198,14 @@ def test_a_vllm_bank_is_read_back_without_vllm_and_never_mixed_with_hf_records(l
 @pytest.mark.parametrize("args, needle", [
     ({"n": "5"}, "model_arg n=5 is vLLM's, but lover_vllm sets it from n_branches"),
     ({"decoding": "beam"}, "decoding=beam is lover_hf's"),
+    ({"max_rows": "20"}, "model_arg max_rows=20 is lover_hf's"),
+    ({"compile_step": "true"}, "model_arg compile_step=true is lover_hf's"),
+    ({"quantization": "fp8"}, "quantization=fp8: vLLM would decode a fp8-quantized model"),
+    ({"n_branches": "30", "max_logprobs": "20"}, "max_logprobs=20 is below n_branches=30"),
+    ({"truncation_side": "top"}, "truncation_side=top is not a side"),
+    ({"memory_plan": "split"}, "memory_plan=split is not a layout"),
+    # an engine share too small even alone: refused by the plan, before anything loads
+    ({"gpu_memory_utilization": "0.05", "max_model_len": "1024"}, "lover_vllm cannot run .* even in phases"),
 ])
 def test_vllm_args_that_contradict_lover_are_refused_before_the_engine_starts(args, needle, smollm2_dir):
     from lover_lmeval.harness.model_args import LoverUsageError
@@ -212,3 +225,77 @@ def test_a_generation_setting_lover_cannot_honour_is_refused_by_name(lm):
     request = Instance("generate_until", {}, ("Question: 2 + 2?\nAnswer:", {"until": ["Question:"], "top_k": 5}), 0)
     with pytest.raises(LoverUsageError, match="top_k=5"):
         lm.generate_until([request], disable_tqdm=True)
+
+
+@needs_vllm
+def test_the_plan_is_logged_and_recorded_for_the_run(lm):
+    """SmolLM2 in float32 at max_model_len 1024 on this CPU: weights 0.50 GiB, KV 46,080 bytes a token x 1024, within
+    0.2 of the RAM: beside, as the provenance says."""
+    from lover_lmeval.core.memory_plan import MemoryPlan
+
+    assert isinstance(lm.plan, MemoryPlan) and (lm.plan.mode, lm.placement) == ("beside", "beside")
+    assert (lm.plan.weight_bytes, lm.plan.kv_bytes_per_token, lm.plan.max_model_len) == (538_060_032, 46_080, 1024)
+    assert lm.get_model_info()["lover"]["memory_plan"]["engine_bytes_per_device"] == lm.plan.engine_bytes()
+
+
+@needs_vllm
+def test_an_engine_that_cannot_start_says_its_root_cause_in_one_line(smollm2_dir):
+    """memory_plan=beside overrides the plan's refusal, so the engine really starts and fails: its share, 0.05 of
+    the RAM, cannot hold even its weights and Python. The one line carries vLLM's own error from the engine's process
+    (not "See root cause above") and the fix."""
+    why = _engine_starts_here()
+    if why:
+        pytest.skip(why)
+    from lover_lmeval.harness.model_args import LoverUsageError
+    from lover_lmeval.harness.vllm_model import LoverVLLM
+
+    with pytest.raises(LoverUsageError) as refused:
+        LoverVLLM(pretrained=str(smollm2_dir), max_model_len=1024, enforce_eager=True, gpu_memory_utilization=0.05,
+                  memory_plan="beside")
+    message = str(refused.value)
+    print(message)
+    # vLLM's CPU worker's own words, as its engine process logged them (wrapped by that process in a RuntimeError)
+    assert message.startswith(f"vLLM could not start {smollm2_dir}: ") and "\n" not in message
+    assert "on kv cache allocation is less than requested memory for kv" in message
+    assert "See root cause above" not in message
+    assert "Fix: its share leaves the KV cache too little room: raise gpu_memory_utilization (now 0.05)" in message
+
+
+@needs_vllm
+def test_phases_give_besides_rows(lm, gsm8k_prompts, smollm2_dir, tmp_path):
+    """SmolLM2 in float32, 4 GSM8K questions x 10 branches: lover_vllm in phases (vLLM decodes them all, its engine
+    is shut down, then the HF copy loads and reads them) gives the branches, features and every selector's row that
+    lover_vllm beside gives, and banks the same complete records. The same engine share for both (0.2, explicit), so
+    both engines batch the same requests alike."""
+    from lm_eval.api.instance import Instance
+
+    from lover_lmeval.core.select.answers import get_extractor
+    from lover_lmeval.core.select.rows import TASK_ROWS
+    from lover_lmeval.core.select.selection import ORACLES, select
+    from lover_lmeval.core.store.bank import BranchBank
+    from lover_lmeval.harness.vllm_model import LoverVLLM
+
+    contexts = [lm.tokenizer.decode(p) for p in gsm8k_prompts[0][:4]]
+    gen_kwargs = {"until": ["Question:"], "max_gen_toks": BUDGET}
+    requests = [Instance("generate_until", {}, (c, gen_kwargs), i, metadata=("t", i, 1))
+                for i, c in enumerate(contexts)]
+    beside = lm.generate_until(requests, disable_tqdm=True)
+    path = tmp_path / "bank.sqlite"
+    phased = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True,
+                       verifier=None, memory_plan="phases", gpu_memory_utilization=0.2, bank=str(path))
+    assert phased.hf_model.device.type == "meta"  # no HF weights while vLLM decodes
+    results = phased.generate_until(requests, disable_tqdm=True)
+    assert phased.model is None and phased.hf_model.device.type == "cpu"  # the engine freed, the copy loaded
+    extract = get_extractor("number")
+    for pipe, rows in ((lm.pipeline, beside), (phased.pipeline, results)):
+        pipe.fit(rows, "t", "number")
+    for a, b in zip(beside, results):
+        assert [x.token_ids for x in a.branches] == [x.token_ids for x in b.branches]
+        assert [x.margins for x in a.branches] == [x.margins for x in b.branches]
+        assert torch.equal(a.stored_features, b.stored_features)
+        for strategy in set(TASK_ROWS) - set(ORACLES):  # every row a lover task reports but the oracle
+            assert select(a, strategy, extract) == select(b, strategy, extract), strategy
+    bank = BranchBank(str(path))
+    assert len(bank) == 4
+    for branches in map(bank.get, phased.pipeline.record_keys(*phased.prompts(contexts, gen_kwargs))):
+        assert all(len(b.margins) == len(b.token_ids) and b.stats is not None for b in branches)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from lm_eval.models.utils import handle_stop_sequences
+from lm_eval.models.utils import handle_stop_sequences, truncate_tokens
 from tqdm import tqdm
 
 from ..core.decode.engine import RunSpec
@@ -21,13 +21,29 @@ from ..core.results import LoverResult
 from .chat import warn_on_prompt_format
 from .filter import check_filters_before_decoding, evaluated_metrics
 from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
-from .model_args import banked_interrupt, usage_errors
+from .model_args import LoverUsageError, banked_interrupt, usage_errors
 from .ranks import fit_every_task
+from .thinking import think_marker, view_after_thinking
+
+#: lm-eval's ways of cutting a prompt longer than the context window (VLLM's truncation_side; lover_hf takes it too)
+TRUNCATION_SIDES = ("left", "right", "middle")
+#: Logged once a run with think_end_token: what reads the answer part, and what still reads the whole branch
+THINKING_NOTE = ("%s: think_end_token=%r: answers (stock filters, lover_select's extractors, the test-time fit's "
+                 "answer groups) are read after each branch's last end of thinking; LoVer's features are still read "
+                 "over the whole branch, and the bank and the samples keep it whole")
 
 #: Logged as decoding starts: what the table lm-eval prints at the end will mean.
 HEADLINE = ("%s rank %d/%d: %d questions x %d branches. The table at the end has one %s row per "
             "selector, each picking one answer per question from these same branches: compare each with majority "
             "(the vote) and greedy; pass_at_n, an oracle that reads the gold answer, is how often any branch is right")
+
+
+def check_truncation_side(value) -> str:
+    """lm-eval's truncation_side, refused by name unless one of TRUNCATION_SIDES (before anything loads)."""
+    if value not in TRUNCATION_SIDES:
+        raise LoverUsageError(f"truncation_side={value} is not a side; pass one of {', '.join(TRUNCATION_SIDES)} "
+                              "(which part of a prompt longer than the context window is cut away; default left).")
+    return value
 
 
 class LoverRequests:
@@ -43,12 +59,17 @@ class LoverRequests:
         """Rows decoded together for these prompts (None: the engine schedules its own)."""
         return None
 
+    def before_decoding(self, groups: list[tuple[list[str], dict]]) -> None:
+        """Called once the requests are checked, before any group is run: (contexts, generation kwargs) per group.
+        lover_vllm's phases decode them all here (harness/vllm_phases.py)."""
+
     def _prompt_ids(self, context: str, max_ctx_len: int) -> list[int]:
         ids = self.tok_encode(context)
         if len(ids) > max_ctx_len:
-            log.warning("prompt of %d tokens exceeds the context window: keeping its last %d tokens "
-                        "(left truncation, as HFLM does).", len(ids), max_ctx_len)
-            ids = ids[-max_ctx_len:]
+            side = getattr(self, "truncation_side", "left")  # lm-eval's VLLM sets it; lover_hf's __init__ too
+            log.warning("prompt of %d tokens exceeds the context window: keeping %d of them (%s truncation: "
+                        "truncation_side=%s; HFLM truncates left).", len(ids), max_ctx_len, side, side)
+            ids = truncate_tokens(ids, max_ctx_len, side)
         return ids
 
     def prompts(self, contexts: list[str], gen_kwargs: dict) -> tuple[list[list[int]], RunSpec]:
@@ -78,8 +99,21 @@ class LoverRequests:
         prompts, spec = self.prompts(contexts, gen_kwargs)
         warn_once_if_greedy_row_is_drawn(spec.decoding, self._logged)
         spec = replace(spec, max_rows=self.row_budget(prompts, spec), stats=stats)
+        marker = think_marker(getattr(self, "think_end_token", None))  # HFLM's and VLLM's __init__ set it
+        if marker is not None and THINKING_NOTE not in self._logged:
+            self._logged.add(THINKING_NOTE)
+            log.info(THINKING_NOTE, self.NAME, marker)
+        views: dict[int, LoverResult] = {}
+
+        def viewed(indices, results):  # each result once, as it comes: the bank already holds it whole
+            for i, result in zip(indices, results):
+                views[i] = view_after_thinking(result, marker)
+            if on_done is not None:
+                on_done(indices, [views[i] for i in indices])
+
         try:
-            return self.pipeline.run(prompts, spec, [len(c) for c in contexts], on_done)
+            self.pipeline.run(prompts, spec, [len(c) for c in contexts], viewed)
+            return [views[i] for i in range(len(prompts))]
         except KeyboardInterrupt:  # Ctrl-C: every question decoded so far is banked; say so (one line on the CLI)
             if self.pipeline.bank is None:
                 raise
@@ -99,6 +133,8 @@ class LoverRequests:
         for index, request in enumerate(requests):
             groups[repr(sorted(request.args[1].items()))].append(index)
         results: list[LoverResult | None] = [None] * len(requests)
+        self.before_decoding([([requests[i].args[0] for i in indices], requests[indices[0]].args[1])
+                              for indices in groups.values()])
         log.info(HEADLINE, self.NAME, self.rank, self.world_size, len(requests), config.decoding.n_branches,
                  " / ".join(evaluated_metrics()) or "metric")  # the tasks' own metric: lover_match for a user's task
         # closed on the way out of an interrupt too, so its last refresh comes before the interrupt's message

@@ -14,7 +14,7 @@ from lm_eval.models.huggingface import HFLM
 from ..core import loading
 from ..core.decode.engine import RunSpec
 from ..core.pipeline import Pipeline
-from .adapter import LoverRequests
+from .adapter import LoverRequests, check_truncation_side
 from .batch_size import questions_per_batch
 from .model_args import check_before_loading, hub_error, loader_error, one_line_errors, parse_model_args, usage_errors
 
@@ -29,9 +29,10 @@ class LoverLM(LoverRequests, HFLM):
 
     NAME = "lover_hf"
 
-    def __init__(self, pretrained=None, gguf_file=None, device=None, **kwargs):
+    def __init__(self, pretrained=None, gguf_file=None, device=None, truncation_side="left", **kwargs):
         one_line_errors(self.NAME)  # on the lm_eval / lover CLI, a bad setting is one line, not a traceback
         self._logged: set[str] = set()
+        side = check_truncation_side(truncation_side)  # lm-eval's VLLM's argument, honoured here too
         config, hf_args, self.explicit = parse_model_args(kwargs)  # bad values fail before the model loads
         gguf_sha256 = None
         if pretrained is None and gguf_file is None:
@@ -55,6 +56,7 @@ class LoverLM(LoverRequests, HFLM):
         accelerator = getattr(self, "accelerator", None)
         if accelerator is not None and accelerator.num_processes > 1 and self.world_size == 1:
             self._rank, self._world_size = accelerator.local_process_index, accelerator.num_processes
+        self.truncation_side = side
         name = loading.model_identity(str(pretrained), gguf_sha256, hf_args.get("revision"))
         with usage_errors():  # a checkpoint that does not fit this model, a layer out of range
             self.pipeline = Pipeline(self.model, self.tokenizer, config, model_name=name)

@@ -20,7 +20,7 @@ from ..core.config import MODEL_ARGS, LoverConfig
 
 log = logging.getLogger("lm_eval.lover_hf")
 
-LOVER_ARGS = (*MODEL_ARGS, "fit_config", "pretrained", "gguf_file", "device")
+LOVER_ARGS = (*MODEL_ARGS, "fit_config", "pretrained", "gguf_file", "device", "truncation_side")
 #: model_args that choose the decoding; a request's generation kwargs may not contradict those the user set
 DECODING_ARGS = ("decoding", "temperature", "top_p")
 

@@ -1,11 +1,16 @@
 """`lover_vllm`: lm-eval's VLLM, except that `generate_until` runs the LoVer pipeline with vLLM as its engine.
 
 Every vLLM model_arg lm-eval's VLLM takes works (`tensor_parallel_size`, `data_parallel_size`, `gpu_memory_utilization`,
-`max_model_len`, `quantization`, ...), and lover's own come from the same table as `lover_hf`'s (core/config.py): one
-definition, two models. vLLM decodes the branches (harness/vllm_engine.py); an HF copy of the same weights reads them
-once, teacher-forced, for the margins, the token statistics and LoVer's features, so every row means what it means
-under `lover_hf`. That copy sits beside the engine (on the GPU with `tensor_parallel_size` 1, spread over the visible
-GPUs otherwise), which is why `gpu_memory_utilization` defaults lower here than in lm-eval's `vllm`.
+`max_model_len`, ...), and lover's own come from the same table as `lover_hf`'s (core/config.py): one definition, two
+models; lover_hf's batching args, settings that would make vLLM decode another model than the HF copy reads, and a
+`max_logprobs` below N are refused by name (harness/vllm_settings.py). vLLM decodes the branches
+(harness/vllm_engine.py); an HF copy of the same weights reads them once, teacher-forced, for the margins, the token
+statistics and LoVer's features, so every row means what it means under `lover_hf`. Before anything loads, a memory
+plan (core/memory_plan.py, logged in one line and kept in the provenance) decides where the two copies go: `beside`
+(the engine in its share, gpu_memory_utilization, the HF copy in the rest: on the GPU with `tensor_parallel_size` 1,
+spread over the visible GPUs otherwise), `phases` (harness/vllm_phases.py: the engine decodes alone, is freed, then the
+copy reads) or refused with the numbers and the fix; `memory_plan=beside|phases` overrides it. A failed engine start
+is one line with vLLM's root cause and its fix (harness/vllm_start.py).
 """
 
 from __future__ import annotations
@@ -14,10 +19,15 @@ import torch
 
 from ..core import loading
 from ..core.decode.engine import eos_ids
-from ..core.pipeline import Pipeline
-from .adapter import LoverRequests
+from ..core.memory_plan import MemoryPlan
+from ..core.pipeline import Pipeline, log
+from .adapter import LoverRequests, check_truncation_side
 from .model_args import LoverUsageError, hub_error, one_line_errors, parse_model_args, usage_errors
 from .vllm_engine import VLLMEngine
+from .vllm_memory import PLACEMENTS, plan_memory
+from .vllm_phases import decode_first, meta_copy
+from .vllm_settings import ModelChanges, cap_logprobs, model_changes, refuse_hf_engine_args
+from .vllm_start import OutputTail, start_error
 
 try:
     from lm_eval.models.vllm_causallms import VLLM
@@ -39,13 +49,18 @@ def missing_vllm() -> LoverUsageError:
                            'pip install "lover-lmeval[vllm]" (GPUs), or use --model lover_hf.')
 
 
-def checkpoint_dtype(pretrained: str, revision: str | None) -> str:
-    """The checkpoint's own dtype (a converted GGUF: float32), for the engine and the HF copy alike: the features and
-    margins are then read in the precision the branches were decoded in."""
+def checkpoint_config(pretrained: str, vllm_args: dict) -> dict:
+    """The checkpoint's HF config as a dict (its dtype, its sizes for the memory plan, its own quantization)."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(pretrained, revision=revision)
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
+    return AutoConfig.from_pretrained(pretrained, revision=vllm_args.get("revision"),
+                                      trust_remote_code=bool(vllm_args.get("trust_remote_code"))).to_dict()
+
+
+def checkpoint_dtype(config: dict) -> str:
+    """The checkpoint's own dtype (a converted GGUF: float32), for the engine and the HF copy alike: the features and
+    margins are then read in the precision the branches were decoded in."""
+    dtype = config.get("dtype") or config.get("torch_dtype") or "float32"
     return str(dtype).removeprefix("torch.")
 
 
@@ -71,10 +86,15 @@ class LoverVLLM(LoverRequests, VLLM):
             one_line_errors(cls.NAME)
             raise missing_vllm()
 
-    def __init__(self, pretrained=None, gguf_file=None, **kwargs):
+    def __init__(self, pretrained=None, gguf_file=None, memory_plan: str = "auto", **kwargs):
         self._check_vllm()
         one_line_errors(self.NAME)
         self._logged: set[str] = set()
+        if memory_plan not in PLACEMENTS:
+            raise LoverUsageError(f"memory_plan={memory_plan} is not a layout; pass one of {', '.join(PLACEMENTS)} "
+                                  "(auto: the plan's, from the model's and the devices' sizes).")
+        refuse_hf_engine_args(kwargs)
+        check_truncation_side(kwargs.get("truncation_side", "left"))  # lm-eval's VLLM keeps it; the adapter cuts by it
         config, vllm_args, self.explicit = parse_model_args(kwargs)
         if config.decoding.mode == "beam":
             raise LoverUsageError("decoding=beam is lover_hf's (beam search through transformers' generate); "
@@ -83,44 +103,118 @@ class LoverVLLM(LoverRequests, VLLM):
             if name in vllm_args:
                 raise LoverUsageError(f"model_arg {name}={vllm_args[name]} is vLLM's, but lover_vllm sets it from "
                                       f"{ours}; pass {ours}= instead.")
+        cap_logprobs(vllm_args, config.decoding.n_branches)
         gguf_sha256 = None
         if pretrained is None and gguf_file is None:
             gguf_file = str(loading.default_gguf())
         if gguf_file is not None:
             gguf_path = loading.resolve_gguf(pretrained, str(gguf_file))
             pretrained, gguf_sha256 = str(loading.convert_gguf(gguf_path)), loading.sha256_file(gguf_path)
+        try:
+            hf_config = checkpoint_config(pretrained, vllm_args)
+        except OSError as error:
+            raise hub_error(error, pretrained) from None
+        self.changes = model_changes(hf_config, vllm_args)
         gpu = torch.cuda.is_available()
+        explicit_utilization = "gpu_memory_utilization" in vllm_args
         vllm_args.setdefault("gpu_memory_utilization", GPU_MEMORY_UTILIZATION if gpu else CPU_MEMORY_UTILIZATION)
         if vllm_args.get("dtype", "auto") == "auto":  # vLLM's "auto" runs float32 checkpoints in half precision
-            vllm_args["dtype"] = checkpoint_dtype(pretrained, vllm_args.get("revision"))
+            vllm_args["dtype"] = checkpoint_dtype(hf_config)
+        name = loading.model_identity(str(pretrained), gguf_sha256, vllm_args.get("revision")) + self.changes.identity
+        self.placement, self.plan = self._plan(pretrained, hf_config, vllm_args, config.decoding.n_branches, gpu,
+                                               explicit_utilization, name, memory_plan)
+        self._copy_args = (pretrained, vllm_args, gpu, self.changes)
+        if self.placement == "phases" and isinstance(self.plan, MemoryPlan) and not explicit_utilization:
+            vllm_args["gpu_memory_utilization"] = self.plan.phase_utilization  # alone: a larger share
+        self._start(lambda: super(LoverVLLM, self).__init__(pretrained=pretrained, **vllm_args))
+        if self.placement == "phases" and self.data_parallel_size <= 1:  # VLLM reads it from the engine, freed later
+            self._max_length = self._max_length or self.model.llm_engine.model_config.max_model_len
+        self.skeleton = meta_copy(pretrained, vllm_args, self.changes.overrides) if self.placement == "phases" \
+            else None
+        self.hf_model = self.skeleton if self.skeleton is not None else self.load_copy()
+        self.vllm_engine = VLLMEngine(lambda prompts, params: self._model_generate(prompts, True, params),
+                                      self.tokenizer, eos_ids(self.hf_model, self.tokenizer))
+        self.vllm_engine.name += self.changes.engine
+        with usage_errors():
+            self.pipeline = Pipeline(self.hf_model, self.tokenizer, config, model_name=name, engine=self.vllm_engine)
+
+    def _start(self, start) -> None:
+        """Run `start` (the engine's start), its failure one line with the root cause from the engine's output."""
+        tail = OutputTail()
         try:
-            super().__init__(pretrained=pretrained, **vllm_args)
-        except (OSError, RuntimeError, ValueError) as error:  # the engine's start: its reason, and the way out
+            with tail:
+                start()
+        except (OSError, RuntimeError, ValueError) as error:  # the engine's start: its root cause, and the way out
+            pretrained, vllm_args = self._copy_args[:2]
             if isinstance(error, OSError):
                 raise hub_error(error, pretrained) from None
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise LoverUsageError(f"vLLM could not start {pretrained}: {first[:300]}; --model lover_hf decodes "
-                                  "without vLLM.") from None
-        name = loading.model_identity(str(pretrained), gguf_sha256, vllm_args.get("revision"))
-        self.hf_model = self._features_model(pretrained, vllm_args, gpu)
-        engine = VLLMEngine(lambda prompts, params: self._model_generate(prompts, True, params), self.tokenizer,
-                            eos_ids(self.hf_model, self.tokenizer))
-        with usage_errors():
-            self.pipeline = Pipeline(self.hf_model, self.tokenizer, config, model_name=name, engine=engine)
+            raise start_error(error, tail.lines(), pretrained, vllm_args,
+                              self.plan if isinstance(self.plan, MemoryPlan) else None) from None
+
+    def start_engine(self) -> None:
+        """Start the engine again, with the arguments it first started with (phases: after an earlier call)."""
+        from vllm import LLM
+
+        self._start(lambda: setattr(self, "model", LLM(**self.model_args)))
+
+    def load_copy(self):
+        """The HF copy that reads the branches, loaded (`_features_model`)."""
+        return self._features_model(*self._copy_args)
+
+    def before_decoding(self, groups: list[tuple[list[str], dict]]) -> None:
+        """In phases: every group decoded by vLLM first, the engine freed, the HF copy loaded (vllm_phases.py)."""
+        if self.placement == "phases":
+            decode_first(self, groups)
 
     @staticmethod
-    def _features_model(pretrained: str, vllm_args: dict, gpu: bool):
-        """The HF copy of the weights that reads the branches (features, margins, statistics), in vLLM's dtype."""
-        from transformers import AutoModelForCausalLM
+    def _plan(pretrained: str, hf_config: dict, vllm_args: dict, n_branches: int, gpu: bool,
+              explicit_utilization: bool, name: str, asked: str) -> tuple[str, MemoryPlan | str]:
+        """(the layout this run takes, the memory plan or why none could be made), logged in one line; a plan that
+        cannot run even in phases is refused here, before anything loads (unless memory_plan= names a layout)."""
+        plan = plan_memory(pretrained, hf_config, vllm_args, n_branches, gpu, explicit_utilization, name)
+        if not isinstance(plan, MemoryPlan):
+            log.info("lover_vllm memory plan: none (%s); the engine and the HF copy load beside each other.", plan)
+            return ("beside" if asked == "auto" else asked), plan
+        log.info(plan.describe())
+        if asked != "auto":
+            return asked, plan
+        if plan.mode == "refused":
+            raise LoverUsageError(f"{plan.reason} (memory_plan=beside or phases runs it anyway.)")
+        return plan.mode, plan
 
+    @staticmethod
+    def _features_model(pretrained: str, vllm_args: dict, gpu: bool, changes: ModelChanges | None = None):
+        """The HF copy of the weights that reads the branches (features, margins, statistics), in vLLM's dtype, with
+        the model changes vLLM decodes with (a LoRA adapter, config overrides)."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        changes = changes or ModelChanges()
         dtype = vllm_args.get("dtype", "auto")
-        placement = {"device_map": "auto"} if gpu and int(vllm_args.get("tensor_parallel_size", 1)) > 1 else {}
-        model = AutoModelForCausalLM.from_pretrained(pretrained, dtype=dtype, revision=vllm_args.get("revision"),
-                                                     trust_remote_code=bool(vllm_args.get("trust_remote_code")),
-                                                     **placement)
-        return (model if placement else model.to("cuda" if gpu else "cpu")).eval()
+        revision, remote = vllm_args.get("revision"), bool(vllm_args.get("trust_remote_code"))
+        extra = {"device_map": "auto"} if gpu and int(vllm_args.get("tensor_parallel_size", 1)) > 1 else {}
+        if changes.overrides:  # vLLM's hf_overrides, given to the copy's config as well
+            config = AutoConfig.from_pretrained(pretrained, revision=revision, trust_remote_code=remote)
+            config.update(changes.overrides)
+            extra["config"] = config
+        try:
+            model = AutoModelForCausalLM.from_pretrained(pretrained, dtype=dtype, revision=revision,
+                                                         trust_remote_code=remote, **extra)
+            if changes.lora is not None:
+                from peft import PeftModel
+
+                model = PeftModel.from_pretrained(model, changes.lora).merge_and_unload()
+            return (model if "device_map" in extra else model.to("cuda" if gpu else "cpu")).eval()
+        except torch.OutOfMemoryError as error:
+            first = str(error).strip().splitlines()[0][:200]
+            raise LoverUsageError(
+                f"the HF copy of {pretrained} that reads the branches does not fit beside vLLM's engine ({first}); "
+                "pass memory_plan=phases (the engine decodes first and is freed before the copy loads), a lower "
+                f"gpu_memory_utilization (now {vllm_args.get('gpu_memory_utilization')}: the engine's share), or a "
+                "larger tensor_parallel_size.") from None
 
     def get_model_info(self) -> dict:
         """lm-eval's model info plus the LoVer provenance (lm-eval writes it into the results file's config)."""
         own = getattr(super(), "get_model_info", dict)()  # lm-eval's VLLM has none (HFLM has)
-        return {**own, "lover": {**self.pipeline.provenance(), "world_size": self.world_size}}
+        plan = self.plan.as_dict() if isinstance(self.plan, MemoryPlan) else {"none": self.plan}
+        return {**own, "lover": {**self.pipeline.provenance(), "world_size": self.world_size,
+                                 "memory_plan": {**plan, "placement": self.placement}}}

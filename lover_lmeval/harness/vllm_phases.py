@@ -1,0 +1,114 @@
+"""lover_vllm in `phases` (core/memory_plan.py says when): vLLM decodes every question first, is freed, then the HF
+copy loads and reads the branches; the two copies of the weights are never in memory together.
+
+Until the HF copy loads, the pipeline holds a copy on PyTorch's meta device (no memory: the config's shapes and
+dtype, all the pipeline reads before its pass). Phase 1 (`decode_first`) decodes each request group's prompts that the
+bank lacks with vLLM and stages their branches; the engine is then shut down and the HF copy loaded in its place.
+Phase 2 is lover_vllm's usual path with a `StagedEngine` behind the bank: each staged question comes back as if
+decoded now, so the pipeline completes it (margins, statistics, features) and banks it exactly as beside does, and
+the rows are beside's. A later call decodes again: the HF copy gives way to a restarted engine first.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterator
+
+import torch
+
+from ..core.decode.branch import Branch
+from ..core.decode.engine import Decoded, RunSpec
+from ..core.pipeline import log
+from ..core.store.banked import BankedEngine
+
+
+class StagedEngine:
+    """Phase 1's branches by bank key, handed over fresh (the pipeline completes and banks them), as often as a
+    prompt recurs. `keys(prompts, spec)` are the pipeline's record keys; `name` the engine's that decoded them."""
+
+    def __init__(self, name: str, keys: Callable[[list[list[int]], RunSpec], list[str]]):
+        self.name, self.keys = name, keys
+        self.staged: dict[str, list[Branch]] = {}
+
+    def decode(self, prompts: list[list[int]], spec: RunSpec) -> Iterator[Decoded]:
+        for q, key in enumerate(self.keys(prompts, spec)):
+            if key not in self.staged:
+                raise RuntimeError("a question reached the HF copy without branches from phase 1: lover_vllm's phases "
+                                   "decode every request group before reading any; report this.")
+            yield Decoded(q, self.staged[key])
+
+
+def meta_copy(pretrained: str, vllm_args: dict, overrides: dict):
+    """The HF model's skeleton on the meta device (no memory), with the checkpoint's generation config (its end
+    tokens): what the pipeline reads until the real copy loads."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    revision, remote = vllm_args.get("revision"), bool(vllm_args.get("trust_remote_code"))
+    config = AutoConfig.from_pretrained(pretrained, revision=revision, trust_remote_code=remote)
+    config.update(overrides)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, vllm_args["dtype"]),
+                                                 trust_remote_code=remote)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(pretrained, revision=revision)
+    except OSError:  # no generation_config.json: the one derived from the config stands
+        pass
+    return model.eval()
+
+
+def free_engine(lm) -> None:
+    """Shut vLLM's engine down (its processes exit, their memory with them)."""
+    llm = getattr(lm, "model", None)
+    if llm is None:
+        return
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None:
+        core.shutdown()
+    lm.model = None
+    del llm, core
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def swap_reader(lm, model) -> None:
+    """Make `model` the copy the pipeline reads with (the real one, or the meta skeleton), its feature cache keyed
+    by the new copy's device as Pipeline keys it."""
+    pipeline = lm.pipeline
+    old, pipeline.model = pipeline.model, model
+    if pipeline.feature_cache is not None:
+        pipeline.feature_cache.salt = f"{model.dtype}/{model.device.type}"
+    lm.hf_model = model
+    del old
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def decode_first(lm, groups: list[tuple[list[str], dict]]) -> None:
+    """Phase 1 and the switch: every group's prompts the bank lacks decoded by vLLM and staged (none with bank_only:
+    nothing may be decoded, the bank serves every question or says which not), the engine freed, the HF copy loaded
+    behind a `StagedEngine`."""
+    pipeline = lm.pipeline
+    decoding = not pipeline.config.bank.bank_only
+    if pipeline.model is not lm.skeleton:  # an earlier call loaded the copy: it gives way to the engine
+        swap_reader(lm, lm.skeleton)
+    if decoding and getattr(lm, "model", None) is None and lm.data_parallel_size <= 1:  # (data parallel: per call)
+        lm.start_engine()
+    staged = StagedEngine(lm.vllm_engine.name, pipeline.record_keys)
+    for contexts, gen_kwargs in groups if decoding else ():
+        prompts, spec = lm.prompts(contexts, gen_kwargs)
+        todo = [(p, k) for p, k in zip(prompts, pipeline.record_keys(prompts, spec))
+                if pipeline.bank is None or k not in pipeline.bank]
+        log.info("lover_vllm phases, 1 of 2: vLLM decodes %d questions (%d read from the bank later)", len(todo),
+                 len(prompts) - len(todo))
+        for decoded in lm.vllm_engine.decode([p for p, _ in todo], spec):
+            staged.staged[todo[decoded.q][1]] = decoded.branches
+    free_engine(lm)
+    log.info("lover_vllm phases, 2 of 2: the engine is freed; the HF copy loads and reads %d questions' branches",
+             len(staged.staged))
+    swap_reader(lm, lm.load_copy())
+    if isinstance(pipeline.engine, BankedEngine):
+        pipeline.engine.inner = staged if decoding else None
+    else:
+        pipeline.engine = staged
