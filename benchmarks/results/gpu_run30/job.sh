@@ -5,13 +5,18 @@
 # template, max_gen_toks 256, N = 10. lover_* runs log their samples and bank their branches, for
 # engines_agreement.py. nvidia-smi samples the card's memory and use every second into smi.csv.
 set -u
-PY=${PY:-python3}; STEPS=${STEPS:-vllm_cot hf_default hf_static lmeval_vllm ceiling vllm_sample profile}
+PY=${PY:-python3}; STEPS=${STEPS:-vllm_cot vllm_phases hf_default hf_static lmeval_vllm ceiling vllm_sample profile}
 JOB_S=${JOB_S:-540}; LOVER_Q=${LOVER_Q:-100}; VLLM_Q=${VLLM_Q:-100}
 M=${M:-qwen2.5-coder-1.5b-instruct}
 source "$R/benchmarks/gpu_job_lib.sh" && start_job run30
 LOVER="--tasks lover_gsm8k --limit $LOVER_Q --apply_chat_template --log_samples --gen_kwargs max_gen_toks=256"
 want vllm_cot && run vllm_cot 150 $PY -m lm_eval --model lover_vllm --model_args \
   "gguf_file=$G,dtype=bfloat16,bank=$B/run30/vllm_cot.jsonl.gz" $LOVER --output_path "$O/vllm_cot"
+# The same run in phases (Scale): vLLM decodes, the engine is shut down, the HF copy reads the branches; the plan picks
+# beside for 1.5B on one card, so phases is forced, to time both layouts on the same questions.
+want vllm_phases && run vllm_phases 150 $PY -m lm_eval --model lover_vllm --model_args \
+  "gguf_file=$G,dtype=bfloat16,memory_plan=phases,bank=$B/run30/vllm_phases.jsonl.gz" $LOVER \
+  --output_path "$O/vllm_phases"
 want hf_default && run hf_default 150 $PY -m lm_eval --model lover_hf --model_args \
   "gguf_file=$G,dtype=bfloat16,bank=$B/run30/hf_default.jsonl.gz" $LOVER --batch_size auto --output_path "$O/hf_default"
 want hf_static && run hf_static 170 $PY -m lm_eval --model lover_hf --model_args \
