@@ -57,17 +57,34 @@ class DirectionProbe(nn.Module):
         return (p_pos, p_neg) if self.orientation > 0 else (p_neg, p_pos)
 
 
+#: Questions whose contrast-pair differences `first_direction` holds in float64 at once: a task's whole set in
+#: float64 was 3.8x its features (4.7 GB at 10,000 questions of a 1536-wide model: benchmarks/results/scaling.md).
+DIRECTION_CHUNK = 256
+
+
+def _differences(features: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """(R, D) float64 contrast-pair differences (x+ - mean+) - (x- - mean-) of the real branches of (Q, N, 2, D)."""
+    real = features[mask].double() - mean  # (R, 2, D)
+    return real[:, 0] - real[:, 1]
+
+
 def first_direction(features: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
     """(mean (2, D), d (D,), sd of the projections) of the real branches' contrast-pair differences: d is the unit
     eigenvector of the largest eigenvalue of C = diff^T diff / R, diff = (x+ - mean+) - (x- - mean-) (R, D), whose
-    mean is 0 by construction; its sign makes the largest |d_j| positive. In float64: C's spectrum is what decides."""
-    mean, _ = normalization_stats(features, mask, "mean", features.shape[-1])
-    real = features[mask].double() - mean.double()  # (R, 2, D)
-    diff = real[:, 0] - real[:, 1]  # (R, D)
-    _, vectors = torch.linalg.eigh(diff.T @ diff / diff.shape[0])  # ascending eigenvalues
+    mean is 0 by construction; its sign makes the largest |d_j| positive. In float64: C's spectrum is what decides.
+    C and the projections are summed over DIRECTION_CHUNK questions at a time, so memory stays one chunk's."""
+    dim = features.shape[-1]
+    mean, _ = normalization_stats(features, mask, "mean", dim, chunk=DIRECTION_CHUNK)
+    spans = [slice(q, q + DIRECTION_CHUNK) for q in range(0, features.shape[0], DIRECTION_CHUNK)]
+    cov = torch.zeros(dim, dim, dtype=torch.float64, device=features.device)  # (D, D)
+    for span in spans:
+        diff = _differences(features[span], mask[span], mean.double())  # (R_chunk, D)
+        cov += diff.T @ diff
+    _, vectors = torch.linalg.eigh(cov / int(mask.sum()))  # ascending eigenvalues
     d = vectors[:, -1]
     d = d * torch.sign(d[d.abs().argmax()])
-    sd = float((diff @ d).std(unbiased=False))
+    projections = torch.cat([_differences(features[span], mask[span], mean.double()) @ d for span in spans])  # (R,)
+    sd = float(projections.std(unbiased=False))
     return mean.float(), d.float(), sd if sd > 0 else 1.0  # every difference 0 along d: z = 0, every score 0.5
 
 
