@@ -30,14 +30,15 @@ def environment() -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
-def banked_keys(bank: Path) -> list[str]:
-    """Every record key in a SQLite bank, duplicates included (read-only, while a writer may be running)."""
+def banked_keys(bank: Path, wait: float = 30) -> list[str]:
+    """Every record key in a SQLite bank, duplicates included (read-only, while a writer may be running), waiting at
+    most `wait` seconds for the writer's lock; [] when the table is not created yet or the lock outlasts `wait`."""
     if not bank.exists():
         return []
-    with sqlite3.connect(f"file:{bank}?mode=ro", uri=True, timeout=30) as db:
+    with sqlite3.connect(f"file:{bank}?mode=ro", uri=True, timeout=wait) as db:
         try:
             return [row[0] for row in db.execute("SELECT key FROM records")]
-        except sqlite3.OperationalError:  # the table is not created yet
+        except sqlite3.OperationalError:  # the table is not created yet, or the writer held its lock past `wait`
             return []
 
 
@@ -97,7 +98,9 @@ def test_ctrl_c_says_in_one_line_how_many_questions_are_banked_and_that_the_comm
     limit = 4 * LIMIT
     process = subprocess.Popen(command(bank, tmp_path / "out", limit), cwd=tmp_path, env=environment(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while process.poll() is None and not banked_keys(bank):
+    # Polled without waiting on the writer's lock: a read that waited up to 30 s saw the first key only once the
+    # run was ending, and the signal then landed in its shutdown (exit 0, all 24 banked, in one suite run).
+    while process.poll() is None and not banked_keys(bank, wait=0.2):
         time.sleep(0.05)
     assert process.poll() is None, "the run ended before it could be interrupted"
     process.send_signal(signal.SIGINT)
