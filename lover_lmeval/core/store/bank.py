@@ -133,7 +133,7 @@ def _branches(record: dict) -> list[Branch]:
 def branch_record(branch: Branch) -> dict:
     """A branch as stored: its fields, the stats (if any) as float16 base64 (`encode_stats`), none if absent. Each
     list copied shallowly (its items are numbers and tuples), not by `asdict`'s deep copy element by element: 2.8 s of
-    a 4.7 s write at 10 branches of 32k tokens (benchmarks/results/scaling.md)."""
+    a 4.7 s write at 10 branches of 32k tokens."""
     stored = {f.name: getattr(branch, f.name) for f in fields(branch)}
     stats = stored.pop("stats")
     stored = {name: list(value) if isinstance(value, list) else value for name, value in stored.items()}

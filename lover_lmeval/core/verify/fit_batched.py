@@ -2,7 +2,7 @@
 
 Why: CCS (Burns et al.) trains 10 tries x 1000 full-batch epochs of a linear probe. One try at a time that is
 10,000 optimizer steps whose every op is tiny ((Q*N*2, D) @ (D,)), so the fit cost ~1.3 s a try, bound by per-op
-overhead whatever the task's size, and every run that fits paid it (issue Costs that grow). Together, a step computes
+overhead whatever the task's size, and every run that fits a task pays it. Together, a step computes
 every try's probabilities with one (Q*N*2, D) @ (D, K) product, and the loss is the sum over tries of each try's
 loss, the registered terms (losses.py) vmapped over tries.
 

@@ -58,7 +58,7 @@ class DirectionProbe(nn.Module):
 
 
 #: Questions whose contrast-pair differences `first_direction` holds in float64 at once: a task's whole set in
-#: float64 was 3.8x its features (4.7 GB at 10,000 questions of a 1536-wide model: benchmarks/results/scaling.md).
+#: float64 was 3.8x its features (4.7 GB at 10,000 questions of a 1536-wide model).
 DIRECTION_CHUNK = 256
 
 
