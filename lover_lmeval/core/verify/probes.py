@@ -75,15 +75,16 @@ def first_direction(features: torch.Tensor, mask: torch.Tensor) -> tuple[torch.T
     C and the projections are summed over DIRECTION_CHUNK questions at a time, so memory stays one chunk's."""
     dim = features.shape[-1]
     mean, _ = normalization_stats(features, mask, "mean", dim, chunk=DIRECTION_CHUNK)
+    mean64 = mean.double()
     spans = [slice(q, q + DIRECTION_CHUNK) for q in range(0, features.shape[0], DIRECTION_CHUNK)]
     cov = torch.zeros(dim, dim, dtype=torch.float64, device=features.device)  # (D, D)
     for span in spans:
-        diff = _differences(features[span], mask[span], mean.double())  # (R_chunk, D)
+        diff = _differences(features[span], mask[span], mean64)  # (R_chunk, D)
         cov += diff.T @ diff
     _, vectors = torch.linalg.eigh(cov / int(mask.sum()))  # ascending eigenvalues
     d = vectors[:, -1]
     d = d * torch.sign(d[d.abs().argmax()])
-    projections = torch.cat([_differences(features[span], mask[span], mean.double()) @ d for span in spans])  # (R,)
+    projections = torch.cat([_differences(features[span], mask[span], mean64) @ d for span in spans])  # (R,)
     sd = float(projections.std(unbiased=False))
     return mean.float(), d.float(), sd if sd > 0 else 1.0  # every difference 0 along d: z = 0, every score 0.5
 
