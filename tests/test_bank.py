@@ -93,6 +93,21 @@ def test_sqlite_bank_reads_back_and_ignores_a_second_copy(tmp_path):
     assert reopened.get("q0") == _branches(0)
 
 
+def test_discarded_sqlite_records_are_gone_for_every_reader_and_a_gzip_bank_refuses(tmp_path):
+    """lover_vllm's staging store drops a call's questions once they are complete: q0 and q2 of three go, q1 stays,
+    for this bank and a reopened one (another process); a key never written is no error. A gzip bank is append-only."""
+    bank = BranchBank(tmp_path / "staged.sqlite")
+    for k in range(3):
+        bank.add(f"q{k}", _branches(k))
+    bank.discard(["q0", "q2", "never"])
+    assert bank.keys() == BranchBank(tmp_path / "staged.sqlite").keys() == {"q1"}
+    assert bank.get("q1") == _branches(1)
+    gzip_bank = BranchBank(tmp_path / "bank.jsonl.gz")
+    gzip_bank.add("q0", _branches(0))
+    with pytest.raises(ValueError, match="gzip bank: records are appended, never removed"):
+        gzip_bank.discard(["q0"])
+
+
 def test_a_corrupt_sqlite_record_costs_only_itself(tmp_path, caplog):
     path = tmp_path / "bank.sqlite"
     bank = BranchBank(path)

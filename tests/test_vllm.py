@@ -13,8 +13,11 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
+import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -346,3 +349,85 @@ def test_phases_give_besides_rows(lm, gsm8k_prompts, smollm2_dir, tmp_path):
     assert len(bank) == 4
     for branches in map(bank.get, phased.pipeline.record_keys(*phased.prompts(contexts, gen_kwargs))):
         assert all(len(b.margins) == len(b.token_ids) and b.stats is not None for b in branches)
+
+
+def test_a_chunk_holds_four_of_the_engines_batches():
+    """chunk_size(max_num_seqs, N) = ceil(4 * max_num_seqs / N): vLLM's GPU default of 256 sequences a batch and
+    N = 10 give ceil(102.4) = 103 questions a call; 21 branches give ceil(48.76) = 49; one question's branches fill
+    more than four batches when N > 4 * max_num_seqs: still one question a call."""
+    from lover_lmeval.harness.vllm_engine import chunk_size
+
+    assert chunk_size(256, 10) == 103
+    assert chunk_size(256, 21) == 49
+    assert chunk_size(2, 64) == 1
+
+
+@needs_vllm
+def test_questions_go_to_vllm_in_chunks_and_come_back_as_one_call_gives_them(lm, gsm8k_prompts):
+    """5 GSM8K questions, 2 a call: cot makes two vLLM calls a chunk (the first tokens, then the continuations), so
+    3 chunks are 6 calls, each question handed over once its chunk returns; the branches are those of one call for
+    all 5."""
+    from lover_lmeval.harness.vllm_engine import VLLMEngine
+
+    prompts, spec = gsm8k_prompts[0][:5], gsm8k_prompts[1]
+    calls: list[int] = []
+
+    def counted(prompts, params):
+        calls.append(len(prompts))
+        return lm.vllm_engine.generate(prompts, params)
+
+    whole = list(VLLMEngine(lm.vllm_engine.generate, lm.tokenizer, lm.vllm_engine.eos_ids).decode(prompts, spec))
+    chunked = VLLMEngine(counted, lm.tokenizer, lm.vllm_engine.eos_ids, chunk_questions=2)
+    seen = []
+    for decoded in chunked.decode(prompts, spec):
+        seen.append((decoded.q, len(calls)))
+        assert decoded.branches == whole[decoded.q].branches
+    assert calls[::2] == [2, 2, 1]  # the first-token requests: one per question of each chunk
+    assert seen == [(0, 2), (1, 2), (2, 4), (3, 4), (4, 6)]  # each question as soon as its chunk's two calls return
+
+
+@needs_vllm
+def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_the_rest(smollm2_dir, tmp_path):
+    """The lm_eval CLI, lover_vllm in phases, one question a vLLM call (chunk_questions=1), 6 GSM8K questions: killed
+    with SIGKILL (its engine process with it) once phase 1 has staged at least one question and before it has staged
+    them all. The same command then decodes only the questions not staged (its log says how many were), hands the
+    staged ones over as they were decoded, ends with all 6 in the bank, and discards the staged records."""
+    _needs_the_engine()
+    from lover_lmeval.core.store.bank import BranchBank
+
+    cache, bank = tmp_path / "cache", tmp_path / "bank.sqlite"
+    staging = cache / "vllm_staged.sqlite"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "LOVER_CACHE_DIR": str(cache)}
+    command = [sys.executable, "-m", "lm_eval", "--model", "lover_vllm", "--model_args",
+               f"pretrained={smollm2_dir},memory_plan=phases,chunk_questions=1,max_model_len=1024,enforce_eager=true,"
+               f"bank={bank}", "--gen_kwargs", "max_gen_toks=48", "--tasks", "lover_gsm8k", "--limit", "6"]
+
+    def staged_count() -> int:
+        try:  # the writer may hold the lock for an instant: read again at the next poll
+            with closing(sqlite3.connect(f"file:{staging}?mode=ro", uri=True, timeout=0.2)) as db:
+                return db.execute("SELECT count(*) FROM records").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 900
+    while first.poll() is None and staged_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)  # the whole group: lm_eval and vLLM's engine process
+    stderr = first.communicate()[1]
+    staged = BranchBank(staging)
+    before = {key: staged.get(key) for key in staged.keys()}
+    assert 1 <= len(before) < 6, stderr[-3000:]
+    assert not bank.exists() or len(BranchBank(bank)) == 0  # phase 2 never began
+
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert (f"vLLM decodes {6 - len(before)} questions ({len(before)} staged by an earlier run, 0 read from the bank "
+            "later)") in done.stderr
+    banked = BranchBank(bank)
+    assert len(banked) == 6
+    for key, branches in before.items():  # read back as decoded before the kill, then completed by the pass
+        assert [b.token_ids for b in banked.get(key)] == [b.token_ids for b in branches]
+        assert [b.text for b in banked.get(key)] == [b.text for b in branches]
+    assert len(BranchBank(staging)) == 0

@@ -63,6 +63,10 @@ class LoverRequests:
         """Called once the requests are checked, before any group is run: (contexts, generation kwargs) per group.
         lover_vllm's phases decode them all here (harness/vllm_phases.py)."""
 
+    def after_decoding(self) -> None:
+        """Called once every group's questions are complete, before the fit (lover_vllm's phases discard what they
+        staged)."""
+
     def _prompt_ids(self, context: str, max_ctx_len: int) -> list[int]:
         ids = self.tok_encode(context)
         if len(ids) > max_ctx_len:
@@ -147,6 +151,7 @@ class LoverRequests:
                     bar.update(len(chunk))
 
                 self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
+        self.after_decoding()
         fit_every_task(self.pipeline, requests, results, self.world_size, extracts)  # one fit per task, across ranks
         return results
 

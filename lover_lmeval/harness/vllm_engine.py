@@ -6,6 +6,11 @@
   engine's seed), so that a rerun gives the same branches;
 - `beam`: refused by name (the HF engine's `decoding=beam`).
 
+Questions go to vLLM in chunks (`chunk_questions` per call) and come back chunk by chunk, so the pipeline banks each
+chunk's questions as it returns and a kill loses at most the chunk in flight. A chunk holds enough sequences to keep
+the engine's batch full for most of its time (`chunk_size`: CHUNK_BATCHES times max_num_seqs, vLLM's running batch);
+each chunk still ends on its longest branch with the batch draining, the price of a bank that grows as vLLM decodes.
+
 vLLM's stop strings and end tokens stop a request early; the host then scans each branch's tokens one by one as the HF
 engine does (`finish_reason_of`, the first end ends the branch), so a branch is cut where lover_hf would cut the same
 tokens, a stop string reaching into the first token included. vLLM keeps no full distribution, so its branches come
@@ -17,11 +22,23 @@ Dimensions: Q questions, N branches per question.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 from ..core.decode.branch import Branch, finish_reason_of, make_branch
 from ..core.decode.engine import Decoded, RunSpec
 from ..core.decode.sampling import question_seed
+
+
+#: A chunk's sequences (questions x N) in multiples of the engine's running batch (max_num_seqs): at 4, the batch is
+#: full for most of a chunk, and the drain at its end, when fewer sequences than a batch remain, is a small share of it.
+CHUNK_BATCHES = 4
+
+
+def chunk_size(max_num_seqs: int, n_branches: int) -> int:
+    """Questions per vLLM call: CHUNK_BATCHES running batches of N branches each (vLLM's GPU default, 256 sequences
+    a batch, and N = 10: 103 questions a chunk)."""
+    return max(1, math.ceil(CHUNK_BATCHES * max_num_seqs / n_branches))
 
 
 def cut(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: int) -> Branch:
@@ -40,14 +57,24 @@ def cut(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: i
 
 class VLLMEngine:
     """Decodes through `generate(prompts, params) -> outputs` (lm-eval's `VLLM._model_generate`: one engine, or its
-    data-parallel replicas), with `tokenizer` and the end tokens `eos_ids` of the HF engine."""
+    data-parallel replicas), with `tokenizer` and the end tokens `eos_ids` of the HF engine, `chunk_questions`
+    questions a call (None: all of them in one)."""
 
     name = "vllm"
 
-    def __init__(self, generate: Callable, tokenizer, eos_ids: set[int]):
+    def __init__(self, generate: Callable, tokenizer, eos_ids: set[int], chunk_questions: int | None = None):
         self.generate, self.tokenizer, self.eos_ids = generate, tokenizer, eos_ids
+        self.chunk_questions = chunk_questions
 
     def decode(self, prompts: list[list[int]], spec: RunSpec) -> Iterator[Decoded]:
+        """Each question's N branches, chunk by chunk: a chunk's questions are handed over once vLLM returns it."""
+        step = self.chunk_questions or max(len(prompts), 1)
+        for start in range(0, len(prompts), step):
+            for decoded in self.decode_chunk(prompts[start:start + step], spec):
+                yield decoded._replace(q=start + decoded.q)
+
+    def decode_chunk(self, prompts: list[list[int]], spec: RunSpec) -> Iterator[Decoded]:
+        """One vLLM call's questions (two calls for cot: the first tokens, then the continuations)."""
         from vllm import SamplingParams  # lazy: the core and lover_hf never need vLLM
 
         config, stop, budget = spec.decoding, list(spec.until), spec.max_gen_toks

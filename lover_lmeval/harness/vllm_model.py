@@ -9,7 +9,8 @@ statistics and LoVer's features, so every row means what it means under `lover_h
 plan (core/memory_plan.py, logged in one line and kept in the provenance) decides where the two copies go: `beside`
 (the engine in its share, gpu_memory_utilization, the HF copy in the rest: on the GPU with `tensor_parallel_size` 1,
 spread over the visible GPUs otherwise), `phases` (harness/vllm_phases.py: the engine decodes alone, is freed, then the
-copy reads) or refused with the numbers and the fix; `memory_plan=beside|phases` overrides it. A failed engine start
+copy reads) or refused with the numbers and the fix; `memory_plan=beside|phases` overrides it. Questions go to vLLM
+in chunks (`chunk_questions`, default sized by the engine's batch), each banked as it returns. A failed engine start
 is one line with vLLM's root cause and its fix (harness/vllm_start.py).
 """
 
@@ -23,9 +24,9 @@ from ..core.memory_plan import MemoryPlan
 from ..core.pipeline import Pipeline, log
 from .adapter import LoverRequests, check_truncation_side
 from .model_args import LoverUsageError, hub_error, one_line_errors, parse_model_args, usage_errors
-from .vllm_engine import VLLMEngine
+from .vllm_engine import VLLMEngine, chunk_size
 from .vllm_memory import PLACEMENTS, plan_memory
-from .vllm_phases import decode_first, meta_copy
+from .vllm_phases import decode_first, discard_staged, meta_copy
 from .vllm_settings import ModelChanges, cap_logprobs, model_changes, refuse_hf_engine_args
 from .vllm_start import OutputTail, start_error
 
@@ -40,6 +41,8 @@ else:
 GPU_MEMORY_UTILIZATION = 0.6
 #: On vLLM's CPU backend the same argument is the share of RAM for the KV cache (its default, 0.92, is refused there).
 CPU_MEMORY_UTILIZATION = 0.2
+#: vLLM's running batch (max_num_seqs) where neither model_args nor the engine say: its default on GPUs
+MAX_NUM_SEQS = 256
 #: vLLM args lover sets itself: the user's would contradict N branches or their decoding.
 REFUSED = {"n": "n_branches", "best_of": "n_branches", "use_beam_search": "decoding"}
 
@@ -47,6 +50,20 @@ REFUSED = {"n": "n_branches", "best_of": "n_branches", "use_beam_search": "decod
 def missing_vllm() -> LoverUsageError:
     return LoverUsageError(f"lover_vllm needs vLLM, which cannot be imported here ({MISSING}); install it with "
                            'pip install "lover-lmeval[vllm]" (GPUs), or use --model lover_hf.')
+
+
+def parse_chunk(value) -> int | None:
+    """chunk_questions: a positive count of questions per vLLM call, or auto (None: sized by the engine's batch)."""
+    if value in (None, "auto"):
+        return None
+    try:
+        chunk = int(value)
+    except (TypeError, ValueError):
+        chunk = 0
+    if chunk < 1 or str(value).strip() != str(chunk):
+        raise LoverUsageError(f"chunk_questions={value} is not a count of questions; pass a positive integer (the "
+                              "questions sent to vLLM in one call, each call's banked as it returns) or auto.")
+    return chunk
 
 
 def checkpoint_config(pretrained: str, vllm_args: dict) -> dict:
@@ -86,13 +103,14 @@ class LoverVLLM(LoverRequests, VLLM):
             one_line_errors(cls.NAME)
             raise missing_vllm()
 
-    def __init__(self, pretrained=None, gguf_file=None, memory_plan: str = "auto", **kwargs):
+    def __init__(self, pretrained=None, gguf_file=None, memory_plan: str = "auto", chunk_questions="auto", **kwargs):
         self._check_vllm()
         one_line_errors(self.NAME)
         self._logged: set[str] = set()
         if memory_plan not in PLACEMENTS:
             raise LoverUsageError(f"memory_plan={memory_plan} is not a layout; pass one of {', '.join(PLACEMENTS)} "
                                   "(auto: the plan's, from the model's and the devices' sizes).")
+        chunk_questions = parse_chunk(chunk_questions)
         refuse_hf_engine_args(kwargs)
         check_truncation_side(kwargs.get("truncation_side", "left"))  # lm-eval's VLLM keeps it; the adapter cuts by it
         config, vllm_args, self.explicit = parse_model_args(kwargs)
@@ -132,11 +150,20 @@ class LoverVLLM(LoverRequests, VLLM):
         self.skeleton = meta_copy(pretrained, vllm_args, self.changes.overrides) if self.placement == "phases" \
             else None
         self.hf_model = self.skeleton if self.skeleton is not None else self.load_copy()
+        chunk = chunk_questions or chunk_size(self._max_num_seqs(vllm_args), config.decoding.n_branches)
+        log.info("lover_vllm: %d questions a vLLM call (chunk_questions); each call's questions are banked (bank=, or "
+                 "staged in phases) as it returns", chunk)
         self.vllm_engine = VLLMEngine(lambda prompts, params: self._model_generate(prompts, True, params),
-                                      self.tokenizer, eos_ids(self.hf_model, self.tokenizer))
+                                      self.tokenizer, eos_ids(self.hf_model, self.tokenizer), chunk)
         self.vllm_engine.name += self.changes.engine
         with usage_errors():
             self.pipeline = Pipeline(self.hf_model, self.tokenizer, config, model_name=name, engine=self.vllm_engine)
+
+    def _max_num_seqs(self, vllm_args: dict) -> int:
+        """The engine's running batch: as the started engine reports it, else model_args', else vLLM's default."""
+        engine = getattr(getattr(self, "model", None), "llm_engine", None)
+        scheduler = getattr(getattr(engine, "vllm_config", None), "scheduler_config", None)
+        return int(getattr(scheduler, "max_num_seqs", None) or vllm_args.get("max_num_seqs") or MAX_NUM_SEQS)
 
     def _start(self, start) -> None:
         """Run `start` (the engine's start), its failure one line with the root cause from the engine's output."""
@@ -165,6 +192,11 @@ class LoverVLLM(LoverRequests, VLLM):
         """In phases: every group decoded by vLLM first, the engine freed, the HF copy loaded (vllm_phases.py)."""
         if self.placement == "phases":
             decode_first(self, groups)
+
+    def after_decoding(self) -> None:
+        """In phases: the call's staged records discarded, its questions complete (vllm_phases.py)."""
+        if self.placement == "phases":
+            discard_staged(self)
 
     @staticmethod
     def _plan(pretrained: str, hf_config: dict, vllm_args: dict, n_branches: int, gpu: bool,

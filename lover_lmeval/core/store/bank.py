@@ -168,6 +168,12 @@ class BranchBank:
         record = self.store.get(key)
         return None if record is None else _branches(record)
 
+    def discard(self, keys: list[str]) -> None:
+        """Remove these questions' records (a SQLite bank: the staging store of lover_vllm's phases)."""
+        if self._loaded is not None:
+            raise ValueError(f"{self.path} is a gzip bank: records are appended, never removed")
+        self.store.discard(keys)
+
     def add(self, key: str, branches: list[Branch], **info) -> None:
         record = {"key": key, **info, "branches": [branch_record(b) for b in branches]}
         self.store.add(record)

@@ -195,6 +195,12 @@ class SqliteStore:
         # (copied, committed) holds every record; PASSIVE never waits for other connections.
         self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
+    def discard(self, keys: list[str]) -> None:
+        with self.db:  # one transaction: a kill keeps every record or removes all of these
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany("DELETE FROM records WHERE key = ?", [(key,) for key in keys])
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
     def close(self) -> None:
         self.db.close()
 
