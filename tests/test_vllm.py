@@ -431,3 +431,31 @@ def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_
         assert [b.token_ids for b in banked.get(key)] == [b.token_ids for b in branches]
         assert [b.text for b in banked.get(key)] == [b.text for b in branches]
     assert len(BranchBank(staging)) == 0
+
+
+@needs_vllm
+def test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes(lm, gsm8k_prompts, smollm2_dir):
+    """data_parallel_size=2 on vLLM's CPU backend: two Ray actors, each one engine, started once: two decode calls
+    (5 questions in chunks of 2 a replica, then 2 more) run in the same two processes, neither this one. Each question
+    goes to one replica with both its CoT requests, and its branches are those the module's single engine decodes."""
+    pytest.importorskip("ray", reason="Ray is not installed: lm-eval's data parallelism needs it (pip install ray)")
+    from lover_lmeval.harness.vllm_model import LoverVLLM
+    from lover_lmeval.harness.vllm_replicas import ReplicaEngine
+
+    prompts, spec = gsm8k_prompts[0][:5], gsm8k_prompts[1]
+    parallel = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True,
+                         verifier=None, data_parallel_size=2, chunk_questions=2, gpu_memory_utilization=0.1)
+    engine = parallel.vllm_engine
+    assert isinstance(engine, ReplicaEngine) and engine.replicas == []  # nothing started before the first decode
+    try:
+        first = list(engine.decode(prompts, spec))
+        pids = engine.pids()
+        again = list(engine.decode(prompts[3:], spec))
+        assert engine.pids() == pids and len(set(pids)) == 2 and os.getpid() not in pids
+    finally:
+        engine.shutdown()
+    single = {decoded.q: decoded.branches for decoded in lm.vllm_engine.decode(prompts, spec)}
+    assert sorted(decoded.q for decoded in first) == list(range(5))
+    for decoded in first:
+        assert decoded.branches == single[decoded.q], decoded.q
+    assert {decoded.q: decoded.branches for decoded in again} == {0: single[3], 1: single[4]}

@@ -10,7 +10,8 @@ plan (core/memory_plan.py, logged in one line and kept in the provenance) decide
 (the engine in its share, gpu_memory_utilization, the HF copy in the rest: on the GPU with `tensor_parallel_size` 1,
 spread over the visible GPUs otherwise), `phases` (harness/vllm_phases.py: the engine decodes alone, is freed, then the
 copy reads) or refused with the numbers and the fix; `memory_plan=beside|phases` overrides it. Questions go to vLLM
-in chunks (`chunk_questions`, default sized by the engine's batch), each banked as it returns. A failed engine start
+in chunks (`chunk_questions`, default sized by the engine's batch), each banked as it returns; with
+`data_parallel_size` > 1 the replicas start once a run and decode whole questions (harness/vllm_replicas.py). A failed engine start
 is one line with vLLM's root cause and its fix (harness/vllm_start.py).
 """
 
@@ -27,6 +28,7 @@ from .model_args import LoverUsageError, hub_error, one_line_errors, parse_model
 from .vllm_engine import VLLMEngine, chunk_size
 from .vllm_memory import PLACEMENTS, plan_memory
 from .vllm_phases import decode_first, discard_staged, meta_copy
+from .vllm_replicas import ReplicaEngine
 from .vllm_settings import ModelChanges, cap_logprobs, model_changes, refuse_hf_engine_args
 from .vllm_start import OutputTail, start_error
 
@@ -156,6 +158,9 @@ class LoverVLLM(LoverRequests, VLLM):
         self.vllm_engine = VLLMEngine(lambda prompts, params: self._model_generate(prompts, True, params),
                                       self.tokenizer, eos_ids(self.hf_model, self.tokenizer), chunk)
         self.vllm_engine.name += self.changes.engine
+        if self.data_parallel_size > 1:  # replicas started once, whole questions each (lm-eval's: per call)
+            self.vllm_engine = ReplicaEngine(self.vllm_engine, self.model_args, self.data_parallel_size,
+                                             self.tensor_parallel_size if gpu else 0, self.lora_request)
         with usage_errors():
             self.pipeline = Pipeline(self.hf_model, self.tokenizer, config, model_name=name, engine=self.vllm_engine)
 

@@ -69,7 +69,9 @@ def meta_copy(pretrained: str, vllm_args: dict, overrides: dict):
 
 
 def free_engine(lm) -> None:
-    """Shut vLLM's engine down (its processes exit, their memory with them)."""
+    """Shut vLLM's engine down, or its data-parallel replicas (their processes exit, their memory with them)."""
+    if hasattr(lm.vllm_engine, "shutdown"):
+        lm.vllm_engine.shutdown()
     llm = getattr(lm, "model", None)
     if llm is None:
         return
@@ -120,7 +122,7 @@ def decode_first(lm, groups: list[tuple[list[str], dict]]) -> None:
         lm.staged_keys += [k for _, k in unbanked]
         work.append((todo, spec))
     if any(todo for todo, _ in work) and getattr(lm, "model", None) is None and lm.data_parallel_size <= 1:
-        lm.start_engine()  # (data parallel: lm-eval starts its replicas per call)
+        lm.start_engine()  # (data parallel: the replicas start as they decode)
     for todo, spec in work:
         for decoded in lm.vllm_engine.decode([p for p, _ in todo], spec):
             prompt, key = todo[decoded.q]
