@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -32,12 +32,13 @@ from .. import __version__
 from .select.answers import get_extractor
 from .store.bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, record_key, record_settings
 from .store.banked import BankedEngine
+from .store.complete import StoreStep, pass_rows
 from .verify.checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
 from .config import LoverConfig
 from .decode.decoding import DecodingConfig
 from .decode.engine import Decoded, Engine, HFEngine, RunSpec, eos_ids
 from .decode.static import check_static
-from .decode.features import assertion_features, features_from_tokens, stats_from_tokens
+from .decode.features import MAX_PASS_ROWS
 from .decode.ptrue import FALSE_WORDS, TRUE_WORDS, ptrue_from_tokens, word_tokens
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
@@ -45,7 +46,6 @@ from .verify.probes import PROBES, fit_probes, neutral_probes
 from .verify.scoring import (fit_on_results, rank_checks, task_batch, unparsed_counts, warn_if_constant_answer,
                              warn_if_one_sided, warn_if_reversed)
 from .select.selection import select
-from .decode.token_stats import decode_stats, encode_stats
 
 log = logging.getLogger("lm_eval.lover_hf")  # under lm-eval's logger, so its CLI shows our messages
 
@@ -89,6 +89,7 @@ class Pipeline:
         if self.bank is not None and bank.feature_cache is not None:
             where = cache_dir() / "features" if bank.feature_cache == DEFAULT_FEATURE_CACHE else bank.feature_cache
             self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
+        self.store = StoreStep(self.bank, self.feature_cache, self.template_ids, self.layers)
         decoder = engine or HFEngine(model, tokenizer, self.config.batching)
         self.engine: Engine = decoder if self.bank is None else BankedEngine(
             self.bank, None if bank.bank_only else decoder, self.record_keys, decoder.name)
@@ -134,9 +135,10 @@ class Pipeline:
             on_done: Callable[[list[int], list[LoverResult]], None] | None = None) -> list[LoverResult]:
         """Results for prompts decoded as `spec` asks, in input order; `on_done(indices, results)` as each comes.
 
-        Longest first (by `lengths`, default the token count), so a batch's rows end at similar steps. Each question
-        is banked, featurised and scored as soon as its own branches are done (a kill loses only the questions still
-        decoding), its KV caches then freed."""
+        Longest first (by `lengths`, default the token count), so a batch's rows end at similar steps. A question
+        decoded with its KV caches is banked, featurised and scored as soon as its own branches are done (a kill
+        loses only the questions still decoding), its caches then freed; questions without (an engine of tokens only,
+        the bank) wait for one pass shared by up to MAX_PASS_ROWS branches of several questions."""
         self.record.decoded_with(spec.decoding)
         keys = self.record_keys(prompts, spec)
         if self.bank is not None:
@@ -146,52 +148,41 @@ class Pipeline:
         lengths = lengths if lengths is not None else [len(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
         results: list[LoverResult | None] = [None] * len(prompts)
+        waiting: list[tuple[int, Decoded]] = []  # questions without KV caches, for one shared pass
+
+        def complete() -> None:
+            indices = [i for i, _ in waiting]
+            for i, result in zip(indices, self._complete(waiting, prompts, keys, spec.stats)):
+                results[i] = result
+            waiting.clear()  # their KV caches: freed before the next question's branches end, not after
+            if on_done is not None and indices:
+                on_done(indices, [results[i] for i in indices])
+
         for decoded in self.engine.decode([prompts[i] for i in order], spec):
-            i = order[decoded.q]
-            results[i] = self._complete(prompts[i], keys[i], decoded, spec.stats)
-            del decoded  # its KV caches: freed before the next question's branches end, not after
-            if on_done is not None:
-                on_done([i], [results[i]])
+            waiting.append((order[decoded.q], decoded))
+            del decoded
+            if waiting[-1][1].caches is not None or pass_rows([d for _, d in waiting]) >= MAX_PASS_ROWS:
+                complete()
+        complete()
+        read = self.store.record
+        if read.passes:
+            log.info("lover: the model read %d questions' tokens in %d shared passes: %d tokens in %.1f s, %.0f "
+                     "tokens/s so far", read.questions, read.passes, read.tokens, read.seconds,
+                     read.tokens / max(read.seconds, 1e-9))
         return results
 
-    def _complete(self, prompt: list[int], key: str, decoded: Decoded, stats: bool) -> LoverResult:
-        """One question's result: its features (on top of its KV caches, else from the feature cache or one pass over
-        its tokens), and what its branches lack: margins (an engine that decodes tokens only) and, with `stats`, token
-        statistics (the feature cache's, else computed in that pass: through every block instead of stopping at the
-        feature layer, or in a pass of their own when the features were cached). A question decoded now is banked
-        once its branches are complete. Every result's statistics are rounded to float16 as the bank stores them, so
-        a question selects the same whether decoded now or read back."""
-        branches, cache = decoded.branches, self.feature_cache
-        if decoded.fresh and self.bank is not None and decoded.caches is not None:  # complete as decoded: bank now
-            self.bank.add(key, branches, prompt_ids=prompt)
-        margins = any(len(b.margins) != len(b.token_ids) for b in branches)
-        lacking = margins or (stats and any(b.stats is None for b in branches))
-        found = cache.get_stats(key) if lacking and cache is not None and not decoded.fresh else None
-        lacking = lacking and found is None
-        features = None if decoded.caches is not None or cache is None else cache.get(key, self.layers,
-                                                                                       self.template_ids)
-        computed = features is None
-        if decoded.caches is not None:
-            features = assertion_features(self.model, branches, decoded.caches, self.template_ids, self.layers)
-        elif features is None:  # no KV cache at hand: one prefill, then the branches' tokens
-            features = features_from_tokens(self.model, prompt, branches, self.template_ids, self.layers,
-                                            stats=lacking, margins=margins)
-            features, found = features if lacking else (features, found)
-        elif lacking:  # features cached, statistics not: the whole model over the branches' tokens
-            found = stats_from_tokens(self.model, prompt, branches, margins=margins)
-        if found is not None:
-            branches = [_filled(b, s) for b, s in zip(branches, found)]
-        if decoded.fresh and self.bank is not None and decoded.caches is None:  # completed by the pass: bank now
-            self.bank.add(key, branches, prompt_ids=prompt)
-        if cache is not None and computed:
-            cache.put(key, self.layers, self.template_ids, features)
-        if cache is not None and lacking and not decoded.fresh:
-            cache.put_stats(key, found)
-        branches = [b if b.stats is None else replace(b, stats=decode_stats(encode_stats(b.stats))) for b in branches]
-        result = self._result(prompt, branches, features)
-        if self.config.ptrue.enabled:
-            self._score_ptrue(prompt, result)
-        return result
+    def _complete(self, items: list[tuple[int, Decoded]], prompts: list[list[int]], keys: list[str], stats: bool
+                  ) -> list[LoverResult]:
+        """Decoded questions (index into `prompts`, its branches) to results: the store step (store/complete.py)
+        reads what the bank and the feature cache hold, fills in features, margins and statistics (one pass shared by
+        the questions that need one) and writes the bank and the cache; loaded verifiers then score each."""
+        done = self.store.complete(self.model, [(prompts[i], keys[i], decoded) for i, decoded in items], stats)
+        results = []
+        for (i, _), (branches, features) in zip(items, done):
+            results.append(self._result(prompts[i], branches, features))
+            if self.config.ptrue.enabled:
+                self._score_ptrue(prompts[i], results[-1])
+        return results
 
     @cached_property
     def _ptrue_tokens(self) -> tuple[list[int], list[int], list[int]]:
@@ -304,7 +295,7 @@ class Pipeline:
         ptrue = self.record.ptrue
         return {"plugin_version": __version__, "test_time_fits": self.record.fits, "checkpoints": self.verifier_ids,
                 "layer": self.layer, "decoding": used[0] if len(used) == 1 else used, "dtype": str(self.model.dtype),
-                "engine": self.engine.name,
+                "engine": self.engine.name, "pass": self.store.record.as_dict(),
                 **({"ptrue": {**ptrue, "seconds_per_question": ptrue["seconds"] / max(ptrue["questions"], 1),
                               "query": self.config.ptrue.query}} if self.config.ptrue.enabled else {})}
 
@@ -314,11 +305,3 @@ class Pipeline:
         extractor = get_extractor(extract or self.config.selection.extract)
         return [select(r, strategy, extractor, verifier=verifier) for r in results]
 
-
-def _filled(branch, found: dict[str, list[float]]):
-    """`branch` with what a teacher-forced pass found (statistics, and "margin" when asked) where it had none."""
-    found = dict(found)
-    margins = found.pop("margin", None)
-    return replace(branch, stats=branch.stats if branch.stats is not None else found,
-                   margins=margins if margins is not None and len(branch.margins) != len(branch.token_ids)
-                   else branch.margins)

@@ -22,12 +22,16 @@ Dimensions: Q questions, N branches per question.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Callable, Iterator
 
 from ..core.decode.branch import Branch, finish_reason_of, make_branch
 from ..core.decode.engine import Decoded, RunSpec
 from ..core.decode.sampling import question_seed
+
+log = logging.getLogger("lm_eval.lover_hf")  # the pipeline's logger (lm-eval's CLI shows it)
 
 
 #: A chunk's sequences (questions x N) in multiples of the engine's running batch (max_num_seqs): at 4, the batch is
@@ -70,7 +74,11 @@ class VLLMEngine:
         """Each question's N branches, chunk by chunk: a chunk's questions are handed over once vLLM returns it."""
         step = self.chunk_questions or max(len(prompts), 1)
         for start in range(0, len(prompts), step):
-            for decoded in self.decode_chunk(prompts[start:start + step], spec):
+            began, chunk = time.perf_counter(), list(self.decode_chunk(prompts[start:start + step], spec))
+            seconds, tokens = time.perf_counter() - began, sum(len(b.token_ids) for d in chunk for b in d.branches)
+            log.info("lover_vllm: vLLM decoded questions %d-%d of %d: %d kept tokens in %.1f s, %.0f tokens/s",
+                     start + 1, start + len(chunk), len(prompts), tokens, seconds, tokens / max(seconds, 1e-9))
+            for decoded in chunk:
                 yield decoded._replace(q=start + decoded.q)
 
     def decode_chunk(self, prompts: list[list[int]], spec: RunSpec) -> Iterator[Decoded]:

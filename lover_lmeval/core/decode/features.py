@@ -166,40 +166,67 @@ def _stats_of_row(model, final_hidden: torch.Tensor, ids: list[int], first_logit
     return {**found, "margin": [row[4] for row in rows]} if margins else found
 
 
+#: Rows of one shared pass over several questions' banked branches (`question_passes`): wide enough to keep an
+#: accelerator busy with short branches, bounded so that a pass's padded states stay a few hundred MB.
+MAX_PASS_ROWS = 64
+
+Question = tuple[list[int], list[Branch]]
+"""A question's prompt ids and its branches."""
+
+
+def _row_cache(out, row: int, base: BranchCache, longest: int, kept: int, n_blocks: int) -> BranchCache:
+    """Row `row`'s cache after `extend_with_tokens`: its prompt's columns [0, P) and its own tokens [S, S + kept),
+    where S = `longest` is the widest prompt of the pass (the columns between are padding), joined."""
+    layers = cache_of(out).layers[:n_blocks]
+    return BranchCache(base.prompt_length,
+                       [torch.cat([layer.keys[row, :, :base.length], layer.keys[row, :, longest:longest + kept]], 1)
+                        for layer in layers],
+                       [torch.cat([layer.values[row, :, :base.length],
+                                   layer.values[row, :, longest:longest + kept]], 1) for layer in layers])
+
+
 @torch.inference_mode()
-def _branch_passes(model, prompt_ids: list[int], branches: list[Branch], upto: int | None, stats: bool,
-                   margins: bool = False) -> tuple[list[BranchCache | None], list[dict | None]]:
-    """One prefill of the prompt, then passes over the branches' tokens on top of it (branches of similar length
-    share one, `length_buckets`). Per branch: the KV cache of its first `upto` blocks (None without `upto`), and
-    with `stats` its token statistics (else None).
+def question_passes(model, questions: list[Question], upto: int | None, stats: bool, margins: bool = False,
+                    max_rows: int = MAX_PASS_ROWS) -> list[tuple[list[BranchCache | None], list[dict | None]]]:
+    """Per question (prompt ids, branches): each prompt prefilled once, then passes over the branches' tokens on top
+    of their own prompt's cache, shared by branches of similar length whatever their question (`length_buckets`, at
+    most `max_rows` rows a pass). Per question, per branch: the KV cache of its first `upto` blocks (None without
+    `upto`), and with `stats` its token statistics (else None). One question alone gets the passes it got before
+    questions were batched: its branches' buckets, on its one prompt.
 
     Features alone stop at the feature layer: no later block, no LM head (the cheap path). Statistics need the final
     logits of every position, so then ONE pass runs every block, keeps the decoder's final hidden states, and the
     feature caches are its first `upto` blocks; the LM head runs on those states chunk by chunk afterwards. Two
     passes (to the feature layer, then a full one for the statistics) would run blocks 1..upto twice."""
-    prefill = model(input_ids=torch.tensor([prompt_ids], device=input_device(model)), use_cache=True,
-                    logits_to_keep=1)
-    base = snapshot(cache_of(prefill), 0, len(prompt_ids))
-    first_logits = prefill.logits[0, -1]  # (V,): the distribution of every branch's token 0
+    bases, firsts = [], []
+    for prompt_ids, _ in questions:
+        prefill = model(input_ids=torch.tensor([prompt_ids], device=input_device(model)), use_cache=True,
+                        logits_to_keep=1)
+        bases.append(snapshot(cache_of(prefill), 0, len(prompt_ids)))
+        firsts.append(prefill.logits[0, -1])  # (V,): the distribution of every branch's token 0
+        del prefill
     # A branch without tokens (EOS first) is the prompt alone: it needs no pass of its own, and has no statistics.
-    caches = [None if upto is None else BranchCache(base.prompt_length, base.keys[:upto], base.values[:upto])]
-    caches *= len(branches)
-    found = [None if not stats else {**stats_dict([]), "margin": []} if margins else stats_dict([]) for _ in branches]
-    filled = [i for i, b in enumerate(branches) if b.token_ids]
-    for bucket in length_buckets([len(branches[i].token_ids) for i in filled]):
-        run = [filled[j] for j in bucket]
-        out, _ = extend_with_tokens(model, [base] * len(run), [branches[i].token_ids for i in run], upto_layer=upto,
-                                    final_hidden=stats)
-        if stats:
-            _check_head(model, out)
-        for k, i in enumerate(run):
+    caches = [[None if upto is None else BranchCache(base.prompt_length, base.keys[:upto], base.values[:upto])]
+              * len(branches) for base, (_, branches) in zip(bases, questions)]
+    found = [[({**stats_dict([]), "margin": []} if margins else stats_dict([])) if stats else None for _ in branches]
+             for _, branches in questions]
+    rows = [(q, i) for q, (_, branches) in enumerate(questions) for i, b in enumerate(branches) if b.token_ids]
+    for bucket in length_buckets([len(questions[q][1][i].token_ids) for q, i in rows]):
+        for start in range(0, len(bucket), max_rows):
+            run = [rows[j] for j in bucket[start:start + max_rows]]
+            tokens = [questions[q][1][i].token_ids for q, i in run]
+            out, _ = extend_with_tokens(model, [bases[q] for q, _ in run], tokens, upto_layer=upto,
+                                        final_hidden=stats)
             if stats:
-                found[i] = _stats_of_row(model, out.final_hidden[k], branches[i].token_ids, first_logits, margins)
-            if upto is not None:
-                caches[i] = snapshot(cache_of(out), k, len(prompt_ids), end=base.length + len(branches[i].token_ids),
-                                     n_blocks=upto)
-        del out  # the next bucket's pass must not hold this one's states and cache too
-    return caches, found
+                _check_head(model, out)
+            longest = max(bases[q].length for q, _ in run)
+            for k, (q, i) in enumerate(run):
+                if stats:
+                    found[q][i] = _stats_of_row(model, out.final_hidden[k], tokens[k], firsts[q], margins)
+                if upto is not None:
+                    caches[q][i] = _row_cache(out, k, bases[q], longest, len(tokens[k]), upto)
+            del out  # the next pass must not hold this one's states and cache too
+    return list(zip(caches, found))
 
 
 def stats_from_tokens(model, prompt_ids: list[int], branches: list[Branch],
@@ -209,7 +236,7 @@ def stats_from_tokens(model, prompt_ids: list[int], branches: list[Branch],
     float rounding in float32, tests/test_features.py). With `margins`, each dict also holds "margin", p(top1) -
     p(top2) per token as decoding banked it: how a rescoring checks that the model, precision and tokens are the
     record's."""
-    return _branch_passes(model, prompt_ids, branches, None, stats=True, margins=margins)[1]
+    return question_passes(model, [(prompt_ids, branches)], None, stats=True, margins=margins)[0][1]
 
 
 @torch.inference_mode()
@@ -220,9 +247,21 @@ def features_from_tokens(model, prompt_ids: list[int], branches: list[Branch], t
     values as `assertion_features`.
 
     With `stats`, returns (features, per-branch token statistics) from the same passes, run through every block
-    (`_branch_passes`; with `margins` each dict also holds "margin", as `stats_from_tokens`); without, the features
+    (`question_passes`; with `margins` each dict also holds "margin", as `stats_from_tokens`); without, the features
     alone from passes that stop at the deepest feature layer."""
+    return questions_features(model, [(prompt_ids, branches)], template_ids, layer, stats, margins)[0]
+
+
+def questions_features(model, questions: list[Question], template_ids: list[list[int]], layer: int | list[int],
+                       stats: bool = False, margins: bool = False, max_rows: int = MAX_PASS_ROWS) -> list:
+    """`features_from_tokens` of several questions in shared passes (`question_passes`; the templates read on
+    every question's branch caches `max_rows` rows at a time): one item per question, as that function returns."""
     upto = max([layer] if isinstance(layer, int) else layer)
-    caches, found = _branch_passes(model, prompt_ids, branches, upto, stats, margins)
-    features = assertion_features(model, branches, caches, template_ids, layer)
-    return (features, found) if stats else features
+    passes = question_passes(model, questions, upto, stats, margins, max_rows)
+    branches = [b for _, question_branches in questions for b in question_branches]
+    # one question alone: its template rows a pass as before (16), so its features are what they were
+    rows = 16 if len(questions) == 1 else max_rows
+    features = assertion_features(model, branches, [c for caches, _ in passes for c in caches], template_ids,
+                                  layer, rows_per_pass=rows)  # (sum N, T, [L,] D)
+    split = features.split([len(b) for _, b in questions])
+    return [(f, found) if stats else f for f, (_, found) in zip(split, passes)]

@@ -1,0 +1,91 @@
+#!/usr/bin/env python
+"""The HF copy's pass over banked branches: one question a pass (how lover_vllm's copy read them before) against
+passes shared by several questions (`questions_features`, up to MAX_PASS_ROWS branches side by side on their own
+prompts; how the pipeline reads them now), on the same questions in one run.
+
+Both compute what the pipeline needs of a question without a KV cache: features at the given layers, token
+statistics and margins (stats=True, margins=True, as for vLLM's branches). Reports tokens/s (prompt and branch tokens
+run through the model) for each, after one untimed call of each, and the largest difference between their features
+(rows padded to other widths: float rounding only). On a CPU a shared pass mostly saves per-pass overheads; on a GPU it
+fills the batch that one question's N rows leave idle (run 30 reads that on a card).
+
+    .venv/bin/python -m benchmarks.performance.bench_shared_pass --task lover_gsm8k \
+      --bank benchmarks/banks/qwen2.5-coder-0.5b-instruct/lover_gsm8k-test.jsonl.gz --docs 0:24 \
+      --out benchmarks/results/bench_shared_pass.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from lm_eval.tasks import TaskManager
+
+from lover_lmeval.core.decode.features import MAX_PASS_ROWS, check_layer, questions_features
+from lover_lmeval.core.files import write_text
+from lover_lmeval.harness.model import LoverLM
+
+from benchmarks.bench_common import add_question_options, docs_range, model_path, task_contexts, task_docs
+
+
+def shared_groups(questions: list, rows: int) -> list[list]:
+    """Consecutive questions, a group closed once it holds `rows` branches (the pipeline's rule)."""
+    groups, group = [], []
+    for question in questions:
+        group.append(question)
+        if sum(len(b) for _, b in group) >= rows:
+            groups.append(group)
+            group = []
+    return groups + [group] if group else groups
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_question_options(parser, docs="0:24")
+    parser.add_argument("--bank", required=True, help="the bank holding these questions' branches")
+    parser.add_argument("--layers", default="12")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    docs_range(args.docs)  # refused before the model loads
+    lm = LoverLM(gguf_file=model_path(args), dtype=args.dtype, bank=args.bank, bank_only=True, verifier=None,
+                 feature_cache="none")
+    task = TaskManager().load([args.task])["tasks"][args.task]
+    prompts, spec = lm.prompts(task_contexts(task, lm, task_docs(task, args.split, args.docs)),
+                               dict(task.config.generation_kwargs))
+    pipeline = lm.pipeline
+    layers = [check_layer(int(x), lm.model.config.num_hidden_layers) for x in args.layers.split(",")]
+    questions = [(p, pipeline.bank.get(k)) for p, k in zip(prompts, pipeline.record_keys(prompts, spec))]
+    tokens = sum(len(p) + sum(len(b.token_ids) for b in branches) for p, branches in questions)
+    ways = {"one question a pass": [[q] for q in questions],
+            "shared passes": shared_groups(questions, MAX_PASS_ROWS)}
+    run = lambda group: questions_features(lm.model, group, pipeline.template_ids, layers, stats=True,  # noqa: E731
+                                           margins=True)
+    for groups in ways.values():  # warm-up, untimed
+        run(groups[0])
+    seconds, features = {}, {}
+    for name, groups in ways.items():
+        began = time.perf_counter()
+        features[name] = [f for group in groups for f, _ in run(group)]  # (N, T, L, D) each
+        seconds[name] = time.perf_counter() - began
+    diff = max(float((a - b).abs().max()) for a, b in zip(*features.values()))
+    report = {"command": " ".join(sys.argv), "machine": f"{platform.processor() or platform.machine()}, "
+              f"{os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads",
+              "load_average": os.getloadavg(), "args": vars(args), "n_questions": len(questions), "tokens": tokens,
+              "passes": {name: len(groups) for name, groups in ways.items()},
+              "seconds": {k: round(v, 2) for k, v in seconds.items()},
+              "tokens_per_second": {k: round(tokens / v, 1) for k, v in seconds.items()},
+              "speedup": round(seconds["one question a pass"] / seconds["shared passes"], 2),
+              "max_abs_feature_difference": diff}
+    write_text(Path(args.out), json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

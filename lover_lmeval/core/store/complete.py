@@ -1,0 +1,141 @@
+"""The store-side step between an engine and the results: decoded questions in, each question's complete branches
+and features out, the bank and the feature cache read and written on the way.
+
+What a question lacks depends on where its branches came from:
+- decoded now with KV caches (lover_hf): banked at once; features read on the caches;
+- decoded by an engine of tokens only (vLLM) or read from the bank: margins (tokens only) and, when asked, token
+  statistics are missing, and the features are either in the feature cache or computed. Every question that needs
+  its tokens run through the model goes into ONE shared pass with the others of the same call
+  (`decode.features.questions_features`: rows of several questions side by side), which computes the missing margins
+  and statistics too; a question decoded now is banked once that pass has completed its branches;
+- features cached but statistics not: the statistics from a pass of their own (`stats_from_tokens`).
+
+Every result's statistics are rounded to float16 as the bank stores them, so a question selects the same whether
+decoded now or read back. Dimensions: N branches, T templates, L feature layers, D hidden size.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from ..decode.branch import Branch
+from ..decode.engine import Decoded
+from ..decode.features import MAX_PASS_ROWS, assertion_features, questions_features, stats_from_tokens
+from ..decode.token_stats import decode_stats, encode_stats
+from .bank import BranchBank, FeatureCache
+
+
+@dataclass
+class Question:
+    """One decoded question on its way through the step."""
+
+    prompt: list[int]
+    key: str
+    decoded: Decoded
+    branches: list[Branch]
+    margins: bool
+    """Its branches lack margins (an engine that decodes tokens only)."""
+    lacking: bool
+    """It needs statistics computed (asked for, absent from the branches and the feature cache)."""
+    found: list[dict] | None = None
+    """Statistics (and margins) found in the feature cache or computed."""
+    features: torch.Tensor | None = None
+    """(N, T, L, D), once read or computed."""
+    computed: bool = False
+    """Its features were computed here (the feature cache lacks them)."""
+
+
+@dataclass
+class PassRecord:
+    """What the shared passes over branches' tokens read and cost (the provenance's `pass`, a log line per run)."""
+
+    questions: int = 0
+    passes: int = 0
+    tokens: int = 0
+    """Prompt and branch tokens run through the model."""
+    seconds: float = 0.0
+    by_pass: list[int] = field(default_factory=list)
+    """Questions in each shared pass."""
+
+    def as_dict(self) -> dict:
+        rate = self.tokens / self.seconds if self.seconds else 0.0
+        return {"questions": self.questions, "passes": self.passes, "tokens": self.tokens,
+                "seconds": round(self.seconds, 3), "tokens_per_second": round(rate, 1)}
+
+
+class StoreStep:
+    """The step for one pipeline: its bank and feature cache (either may be None), its templates and layers."""
+
+    def __init__(self, bank: BranchBank | None, feature_cache: FeatureCache | None, template_ids: list[list[int]],
+                 layers: list[int]):
+        self.bank, self.feature_cache, self.template_ids, self.layers = bank, feature_cache, template_ids, layers
+        self.record = PassRecord()
+
+    def complete(self, model, items: list[tuple[list[int], str, Decoded]], stats: bool
+                 ) -> list[tuple[list[Branch], torch.Tensor]]:
+        """Per (prompt, bank key, decoded question): its complete branches and (N, T, L, D) features."""
+        questions = [self._read(model, *item, stats) for item in items]
+        needing = [q for q in questions if q.features is None]
+        for flags in {(q.lacking, q.margins) for q in needing}:  # one shared pass per kind of need (usually one)
+            group = [q for q in needing if (q.lacking, q.margins) == flags]
+            began = time.perf_counter()
+            computed = questions_features(model, [(q.prompt, q.branches) for q in group], self.template_ids,
+                                          self.layers, stats=flags[0], margins=flags[1])
+            self.record.seconds += time.perf_counter() - began
+            self.record.passes += 1
+            self.record.by_pass.append(len(group))
+            self.record.questions += len(group)
+            self.record.tokens += sum(len(q.prompt) + sum(len(b.token_ids) for b in q.branches) for q in group)
+            for q, out in zip(group, computed):
+                q.features, q.found = out if flags[0] else (out, q.found)
+                q.computed = True
+        return [self._write(q) for q in questions]
+
+    def _read(self, model, prompt: list[int], key: str, decoded: Decoded, stats: bool) -> Question:
+        """What the question has and lacks; features read on its caches or from the feature cache, when there."""
+        branches, cache = decoded.branches, self.feature_cache
+        if decoded.fresh and self.bank is not None and decoded.caches is not None:  # complete as decoded: bank now
+            self.bank.add(key, branches, prompt_ids=prompt)
+        margins = any(len(b.margins) != len(b.token_ids) for b in branches)
+        lacking = margins or (stats and any(b.stats is None for b in branches))
+        found = cache.get_stats(key) if lacking and cache is not None and not decoded.fresh else None
+        q = Question(prompt, key, decoded, branches, margins, lacking and found is None, found)
+        if decoded.caches is not None:
+            q.features = assertion_features(model, branches, decoded.caches, self.template_ids, self.layers)
+            q.computed = True
+        elif cache is not None:
+            q.features = cache.get(key, self.layers, self.template_ids)
+            if q.features is not None and q.lacking:  # features cached, statistics not: the whole model over the tokens
+                q.found = stats_from_tokens(model, prompt, branches, margins=margins)
+        return q
+
+    def _write(self, q: Question) -> tuple[list[Branch], torch.Tensor]:
+        """The question's branches filled in, banked (decoded now, completed by the pass) and cached."""
+        branches, cache = q.branches, self.feature_cache
+        if q.found is not None:
+            branches = [_filled(b, s) for b, s in zip(branches, q.found)]
+        if q.decoded.fresh and self.bank is not None and q.decoded.caches is None:
+            self.bank.add(q.key, branches, prompt_ids=q.prompt)
+        if cache is not None and q.computed:
+            cache.put(q.key, self.layers, self.template_ids, q.features)
+        if cache is not None and q.lacking and not q.decoded.fresh:
+            cache.put_stats(q.key, q.found)
+        branches = [b if b.stats is None else replace(b, stats=decode_stats(encode_stats(b.stats))) for b in branches]
+        return branches, q.features
+
+
+def pass_rows(questions: list[Decoded]) -> int:
+    """Rows the waiting questions would put in a shared pass: once MAX_PASS_ROWS, the pipeline runs it."""
+    return sum(len(q.branches) for q in questions)
+
+
+def _filled(branch: Branch, found: dict[str, list[float]]) -> Branch:
+    """`branch` with what a teacher-forced pass found (statistics, and "margin" when asked) where it had none."""
+    found = dict(found)
+    margins = found.pop("margin", None)
+    return replace(branch, stats=branch.stats if branch.stats is not None else found,
+                   margins=margins if margins is not None and len(branch.margins) != len(branch.token_ids)
+                   else branch.margins)
