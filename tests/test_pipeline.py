@@ -103,3 +103,22 @@ def test_continuous_batching_changes_no_result_only_when_they_come(tiny_model_di
     for a, b in zip(runs[False][0], runs[True][0]):
         assert [x.token_ids for x in a.branches] == [x.token_ids for x in b.branches]
         np.testing.assert_allclose(a.features, b.features, atol=1e-5)
+
+
+def test_a_shared_pass_closes_at_the_plans_tokens_or_at_its_rows():
+    """Questions wait for one shared pass until their rows, each padded to its question's prompt and longest branch,
+    reach N x context tokens (what the memory plan reserves for one question) or MAX_PASS_ROWS (64) rows. A question
+    of a 100-token prompt and branches of 50 and 30 tokens counts 2 x (100 + 50) = 300 tokens; with N = 2 and a
+    300-token context the budget is 600: one such question waits, two run. 32 questions of 2 one-token branches and a
+    1-token prompt are 64 rows but 128 tokens: they run at 64 rows."""
+    from lover_lmeval.core.decode.branch import Branch
+    from lover_lmeval.core.decode.engine import Decoded
+    from lover_lmeval.core.store.complete import pass_is_full
+
+    def question(prompt: int, *lengths: int) -> tuple[list[int], Decoded]:
+        return [0] * prompt, Decoded(0, [Branch("", [1] * n, [], [], "eos") for n in lengths])
+
+    assert not pass_is_full([question(100, 50, 30)], n_branches=2, context=300)
+    assert pass_is_full([question(100, 50, 30)] * 2, n_branches=2, context=300)
+    assert not pass_is_full([question(1, 1, 1)] * 31, n_branches=2, context=300)
+    assert pass_is_full([question(1, 1, 1)] * 32, n_branches=2, context=300)

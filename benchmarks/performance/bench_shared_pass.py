@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The HF copy's pass over banked branches: one question a pass (how lover_vllm's copy read them before) against
-passes shared by several questions (`questions_features`, up to MAX_PASS_ROWS branches side by side on their own
-prompts; how the pipeline reads them now), on the same questions in one run.
+passes shared by several questions (`questions_features`, branches side by side on their own prompts, grouped by
+`pass_is_full`; how the pipeline reads them now), on the same questions in one run.
 
 Both compute what the pipeline needs of a question without a KV cache: features at the given layers, token
 statistics and margins (stats=True, margins=True, as for vLLM's branches). Reports tokens/s (prompt and branch tokens
@@ -27,19 +27,22 @@ from pathlib import Path
 import torch
 from lm_eval.tasks import TaskManager
 
-from lover_lmeval.core.decode.features import MAX_PASS_ROWS, check_layer, questions_features
+from lover_lmeval.core.decode.engine import Decoded
+from lover_lmeval.core.decode.features import check_layer, questions_features
+from lover_lmeval.core.memory_plan import PASS_CONTEXT
+from lover_lmeval.core.store.complete import pass_is_full
 from lover_lmeval.core.files import write_text
 from lover_lmeval.harness.model import LoverLM
 
 from benchmarks.bench_common import add_question_options, docs_range, model_path, task_contexts, task_docs
 
 
-def shared_groups(questions: list, rows: int) -> list[list]:
-    """Consecutive questions, a group closed once it holds `rows` branches (the pipeline's rule)."""
+def shared_groups(questions: list, n_branches: int) -> list[list]:
+    """Consecutive questions, a group closed as the pipeline closes one (store/complete.py: pass_is_full)."""
     groups, group = [], []
-    for question in questions:
-        group.append(question)
-        if sum(len(b) for _, b in group) >= rows:
+    for prompt, branches in questions:
+        group.append((prompt, branches))
+        if pass_is_full([(p, Decoded(0, b)) for p, b in group], n_branches, PASS_CONTEXT):
             groups.append(group)
             group = []
     return groups + [group] if group else groups
@@ -63,7 +66,7 @@ def main() -> int:
     questions = [(p, pipeline.bank.get(k)) for p, k in zip(prompts, pipeline.record_keys(prompts, spec))]
     tokens = sum(len(p) + sum(len(b.token_ids) for b in branches) for p, branches in questions)
     ways = {"one question a pass": [[q] for q in questions],
-            "shared passes": shared_groups(questions, MAX_PASS_ROWS)}
+            "shared passes": shared_groups(questions, pipeline.config.decoding.n_branches)}
     run = lambda group: questions_features(lm.model, group, pipeline.template_ids, layers, stats=True,  # noqa: E731
                                            margins=True)
     for groups in ways.values():  # warm-up, untimed

@@ -46,7 +46,8 @@ ALONE_UTILIZATION = 0.9
 #: "1.89 GiB memory was consumed by non-kv usages" beside SmolLM2-135M's 0.5 GiB of float32 weights.
 ENGINE_OVERHEAD = {"cuda": 2 * GiB, "cpu": 3 * GiB // 2}
 #: Tokens per branch the HF copy's pass is planned for (a few-shot prompt and a 512-token branch): its KV caches hold
-#: N x this many tokens at once (features.features_from_tokens keeps each branch's cache for the template pass).
+#: N x this many tokens at once (features.questions_features keeps each branch's cache for the template pass); a pass
+#: shared by several questions closes at that many tokens (store/complete.py: pass_is_full), so it holds no more.
 PASS_CONTEXT = 2048
 #: The HF side's memory beyond its weights and those KV caches: this process's CUDA context and the LM head's logits,
 #: computed in chunks of 2^24 floats (features._positions_per_chunk), times a few temporaries.

@@ -32,13 +32,13 @@ from .. import __version__
 from .select.answers import get_extractor
 from .store.bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, record_key, record_settings
 from .store.banked import BankedEngine
-from .store.complete import StoreStep, pass_rows
+from .store.complete import StoreStep, pass_is_full
 from .verify.checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
 from .config import LoverConfig
 from .decode.decoding import DecodingConfig
 from .decode.engine import Decoded, Engine, HFEngine, RunSpec, eos_ids
 from .decode.static import check_static
-from .decode.features import MAX_PASS_ROWS
+from .memory_plan import PASS_CONTEXT
 from .decode.ptrue import FALSE_WORDS, TRUE_WORDS, ptrue_from_tokens, word_tokens
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
@@ -138,7 +138,7 @@ class Pipeline:
         Longest first (by `lengths`, default the token count), so a batch's rows end at similar steps. A question
         decoded with its KV caches is banked, featurised and scored as soon as its own branches are done (a kill
         loses only the questions still decoding), its caches then freed; questions without (an engine of tokens only,
-        the bank) wait for one pass shared by up to MAX_PASS_ROWS branches of several questions."""
+        the bank) wait for one pass shared by several questions (store/complete.py: `pass_is_full`)."""
         self.record.decoded_with(spec.decoding)
         keys = self.record_keys(prompts, spec)
         if self.bank is not None:
@@ -161,7 +161,8 @@ class Pipeline:
         for decoded in self.engine.decode([prompts[i] for i in order], spec):
             waiting.append((order[decoded.q], decoded))
             del decoded
-            if waiting[-1][1].caches is not None or pass_rows([d for _, d in waiting]) >= MAX_PASS_ROWS:
+            if waiting[-1][1].caches is not None or pass_is_full([(prompts[i], d) for i, d in waiting],
+                                                                 spec.decoding.n_branches, PASS_CONTEXT):
                 complete()
         complete()
         read = self.store.record

@@ -127,9 +127,14 @@ class StoreStep:
         return branches, q.features
 
 
-def pass_rows(questions: list[Decoded]) -> int:
-    """Rows the waiting questions would put in a shared pass: once MAX_PASS_ROWS, the pipeline runs it."""
-    return sum(len(q.branches) for q in questions)
+def pass_is_full(waiting: list[tuple[list[int], Decoded]], n_branches: int, context: int) -> bool:
+    """Whether the questions waiting for a shared pass (prompt ids, decoded) should run now: at MAX_PASS_ROWS
+    branches, or once their rows (each padded to its question's prompt and longest branch) reach the tokens the
+    memory plan reserves for one question's N branches of `context` tokens, so a shared pass never holds more."""
+    rows = sum(len(d.branches) for _, d in waiting)
+    tokens = sum(len(d.branches) * (len(p) + max((len(b.token_ids) for b in d.branches), default=0))
+                 for p, d in waiting)
+    return rows >= MAX_PASS_ROWS or tokens >= n_branches * context
 
 
 def _filled(branch: Branch, found: dict[str, list[float]]) -> Branch:
