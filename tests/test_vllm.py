@@ -332,7 +332,8 @@ def test_phases_give_besides_rows(lm, gsm8k_prompts, smollm2_dir, tmp_path):
     beside = lm.generate_until(requests, disable_tqdm=True)
     path = tmp_path / "bank.sqlite"
     phased = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True,
-                       verifier=None, memory_plan="phases", gpu_memory_utilization=0.2, bank=str(path))
+                       verifier=None, memory_plan="phases", gpu_memory_utilization=0.2, bank=str(path),
+                       feature_cache="none")  # computed now, as beside's: not read from an earlier run's cache
     assert phased.hf_model.device.type == "meta"  # no HF weights while vLLM decodes
     results = phased.generate_until(requests, disable_tqdm=True)
     assert phased.model is None and phased.hf_model.device.type == "cpu"  # the engine freed, the copy loaded
