@@ -184,8 +184,19 @@ def decode_diagnosis(rows: dict[str, dict], runs: list[dict]) -> str:
     n1, n2 = runs[0]["tokens"]["tokens"], runs[-1]["tokens"]["tokens"]
     without = slope(rest[0], rest[-1], n1, n2)
     if without is None or without > FLAG_ABOVE:
-        return (f"not explained by attention alone: the decode less attention and the cache's growth still grows "
-                f"with slope {'-' if without is None else f'{without:.2f}'}: a defect to find.")
+        steps = [r["budget"] for r in (runs[0], runs[-1])]
+        per_step = slope(rest[0], rest[-1], *steps)
+        rows_a_step = [r["tokens"]["tokens"] / r["budget"] for r in (runs[0], runs[-1])]
+        return (f"the decode less attention and the cache's growth still grows with slope "
+                f"{'-' if without is None else f'{without:.2f}'} in tokens ({'-' if per_step is None else f'{per_step:.2f}'}"
+                f" in steps: a step's weight products cost the same whatever its rows, and the rows a step fell from "
+                f"{rows_a_step[0]:.1f} to {rows_a_step[-1]:.1f} as branches ended). The weights' products (k_linear, "
+                f"slope {shown('k_linear')}) took more per step at the longer budget; on this shared machine (another "
+                f"job on the other core) that can be the larger cache evicting the weights from the CPU's caches, or "
+                f"load: not settled by one run. Attention (slope {shown('k_attention')}) and transformers' "
+                f"DynamicCache growing by torch.cat every step (slope {shown('k_cache_cat')}: all earlier keys and "
+                f"values copied a step) are the quadratic terms, {100 * quadratic[-1] / decode[-1]:.0f}% of the "
+                f"decode at {runs[-1]['budget']} tokens; `static_cache=true` (cot only) writes each step in place.")
     return (f"attention's quadratic term, as expected: every step attends over (k_attention, slope "
             f"{shown('k_attention')}) and, in transformers' DynamicCache, copies by torch.cat (k_cache_cat, slope "
             f"{shown('k_cache_cat')}) all of each row's earlier keys and values, work linear in the step's context, "
@@ -197,8 +208,22 @@ def decode_diagnosis(rows: dict[str, dict], runs: list[dict]) -> str:
             "copying (the attention itself stays).")
 
 
+def banking_diagnosis(rows: dict[str, dict], runs: list[dict]) -> str:
+    """A bank write is one record's JSON, compressed: linear in its tokens; one write a run is milliseconds."""
+    scaling = RESULTS / "scaling.json"
+    measured = ""
+    if scaling.is_file():
+        stages = json.loads(scaling.read_text()).get("stages", [])
+        found = [st.get("slope") for st in stages if isinstance(st, dict) and st.get("name") == "bank_write[sqlite]"]
+        measured = f" (bench_scaling times it alone, the fastest of up to 5 calls: slope {found[0]:.2f})" \
+            if found and found[0] is not None else ""
+    return (f"{rows['banking']['seconds'][0]:.3f} s and {rows['banking']['seconds'][-1]:.3f} s: one record a run, "
+            f"timed once, milliseconds on a shared machine; a record is its branches' JSON, compressed, linear in "
+            f"their tokens{measured}. Noise, not a defect.")
+
+
 #: Why a flagged stage grows faster than its tokens: stage -> (its records by name, the runs) -> text.
-DIAGNOSES = {"decode": decode_diagnosis}
+DIAGNOSES = {"decode": decode_diagnosis, "banking": banking_diagnosis}
 
 
 def records(report: dict) -> list[dict]:
