@@ -50,6 +50,8 @@ SOURCE_BANK = BANKS / "smollm2-135m-instruct" / "lover_gsm8k-test.jsonl.gz"
 THREADS = 1  # torch's threads in the CLI (--threads)
 SOURCE_BUDGET = 256  # the source bank's max_gen_toks
 FLAG_ABOVE = 1.2
+#: The decode less its quadratic kernels, per step: above this slope it is a defect, not the machine's caches or load
+DEFECT_ABOVE = 1.5
 #: (stage, [(file suffix, function name)]): the functions whose cumulative seconds make each stage.
 STAGES = [("decode", [("core/decode/engine.py", "decode")]),
           ("cutting", [("core/decode/branch.py", "make_branch")]),
@@ -187,6 +189,10 @@ def decode_diagnosis(rows: dict[str, dict], runs: list[dict]) -> str:
         steps = [r["budget"] for r in (runs[0], runs[-1])]
         per_step = slope(rest[0], rest[-1], *steps)
         rows_a_step = [r["tokens"]["tokens"] / r["budget"] for r in (runs[0], runs[-1])]
+        if per_step is None or per_step > DEFECT_ABOVE:
+            return (f"not explained by attention alone: the decode less attention and the cache's growth still grows "
+                    f"with slope {'-' if without is None else f'{without:.2f}'} in tokens, "
+                    f"{'-' if per_step is None else f'{per_step:.2f}'} in steps: a defect to find.")
         return (f"the decode less attention and the cache's growth still grows with slope "
                 f"{'-' if without is None else f'{without:.2f}'} in tokens ({'-' if per_step is None else f'{per_step:.2f}'}"
                 f" in steps: a step's weight products cost the same whatever its rows, and the rows a step fell from "
