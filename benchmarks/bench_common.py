@@ -101,3 +101,22 @@ def load_model(name: str, dtype: str = "float32", gguf: str | None = None):
     folder = convert_gguf(path)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
     return model, AutoTokenizer.from_pretrained(folder), path
+
+
+def banked_questions(args) -> tuple:
+    """For the scripts that re-read banked branches (parsed `add_question_options` with --bank and --layers): a
+    bank-only `lover_hf` on --bank with no feature cache, the chosen documents' prompt ids and bank keys, and the
+    --layers checked against the model. Returns (lm, prompts, keys, layers)."""
+    from lm_eval.tasks import TaskManager
+
+    from lover_lmeval.core.decode.features import check_layer
+    from lover_lmeval.harness.model import LoverLM
+
+    docs_range(args.docs)  # refused before the model loads
+    lm = LoverLM(gguf_file=model_path(args), dtype=args.dtype, bank=args.bank, bank_only=True, verifier=None,
+                 feature_cache="none")
+    task = TaskManager().load([args.task])["tasks"][args.task]
+    prompts, spec = lm.prompts(task_contexts(task, lm, task_docs(task, args.split, args.docs)),
+                               dict(task.config.generation_kwargs))
+    layers = [check_layer(int(x), lm.model.config.num_hidden_layers) for x in args.layers.split(",")]
+    return lm, prompts, lm.pipeline.record_keys(prompts, spec), layers

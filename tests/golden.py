@@ -77,9 +77,11 @@ RANKED_TOL = 0.12
 of the other class, or across a bin edge, moves them by a step. Measured 0.040 (P: web_of_lies lover AUROC 0.574 to
 0.614; ECE 0.032), 0.032 (G), 6.0e-3 (B). An orientation flip (AUROC a -> 1 - a) still moves both tasks' lover AUROC
 by more (0.66 -> 0.34, 0.61 -> 0.39)."""
-LOSS_TOL = 0.02
+LOSS_TOL = 0.05
 """The checkpoint's final losses (0.01 to 1.2 here). Measured 5.8e-3 (P: the gsm8k fit's inter term), 4.0e-3 (G: its
-nega term 0.1738 vs 0.1777 under feature noise), 1.3e-3 (A)."""
+nega term 0.1738 vs 0.1777 under feature noise), 1.3e-3 (A); 0.024 (N: the nega term 0.1713 -> 0.1952 under 1e-5
+noise, seed 2, once the features came from passes shared by several questions). Dropping the negation loss moves that
+term to 9.19."""
 TENSOR_TOL = 0.03
 """A checkpoint tensor's mean and root mean square, as a fraction of its expected root mean square. Measured 4.4e-3
 (P), 6.2e-4 (G), 1.6e-5 (B), 8.2e-3 (N: mlp.0.bias's rms 0.02950 -> 0.02974 under 1e-5 noise)."""

@@ -129,7 +129,7 @@ def test_the_golden_fails_on_a_planted_logic_change(golden_baseline, tmp_path, p
 def test_the_golden_fails_when_the_fits_drop_the_negation_loss(golden_baseline, tmp_path, planted):
     """Every fit's objective loses its negation term (weight 0; the term is still computed and reported), a change
     no pure function of the bank can show. Measured from the baseline: the fits' own negation losses rise far past
-    FIT_LOSS_TOL 0.25 / LOSS_TOL 0.02 (gsm8k's test-time LoVer 0.174 -> 9.19, CCS 0.005 -> 2.64, the checkpoint's
+    FIT_LOSS_TOL 0.25 / LOSS_TOL 0.05 (gsm8k's test-time LoVer 0.174 -> 9.19, CCS 0.005 -> 2.64, the checkpoint's
     0.174 -> 9.19), gsm8k's lover rank checks turn from -0.51 to +0.36 with CoT confidence, and some fitted rows move
     (web_of_lies' lover_max 0.25 -> 0.75); every value that moves is one a fitted scorer computes (golden.scorer_of)."""
     from lover_lmeval.core.verify import fit_batched, fit_steps, loss_spec

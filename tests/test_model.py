@@ -93,7 +93,8 @@ def test_feature_cache_serves_banked_questions_without_running_the_model(tiny_mo
     def no_model_runs(*args, **kw):
         raise AssertionError("ran the model although every feature is cached")
 
-    monkeypatch.setattr("lover_lmeval.core.pipeline.features_from_tokens", no_model_runs)
+    monkeypatch.setattr("lover_lmeval.core.store.complete.questions_features", no_model_runs)
+    monkeypatch.setattr("lover_lmeval.core.store.complete.stats_from_tokens", no_model_runs)
     monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_model_runs)
     cached = LoverLM(extra_layers="1", **kwargs).generate_until([_request(c) for c in contexts], disable_tqdm=True)
     for a, b in zip(live, cached):

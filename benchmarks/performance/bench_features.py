@@ -22,14 +22,12 @@ import time
 from pathlib import Path
 
 import torch
-from lm_eval.tasks import TaskManager
 
-from lover_lmeval.core.decode.features import assertion_features, check_layer, features_from_tokens
+from lover_lmeval.core.decode.features import assertion_features, features_from_tokens
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.decode.kv import cache_of, extend_with_tokens, input_device, snapshot
-from lover_lmeval.harness.model import LoverLM
 
-from benchmarks.bench_common import add_question_options, docs_range, model_path, task_contexts, task_docs
+from benchmarks.bench_common import add_question_options, banked_questions
 
 
 @torch.inference_mode()
@@ -56,15 +54,8 @@ def main() -> int:
     parser.add_argument("--layers", default="12,24")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    docs_range(args.docs)  # refused before the model loads
-    lm = LoverLM(gguf_file=model_path(args), dtype=args.dtype, bank=args.bank, bank_only=True, verifier=None,
-                 feature_cache="none")
-    task = TaskManager().load([args.task])["tasks"][args.task]
-    prompts, spec = lm.prompts(task_contexts(task, lm, task_docs(task, args.split, args.docs)),
-                               dict(task.config.generation_kwargs))
+    lm, prompts, keys, layers = banked_questions(args)
     pipeline = lm.pipeline
-    layers = [check_layer(int(x), lm.model.config.num_hidden_layers) for x in args.layers.split(",")]
-    keys = pipeline.record_keys(prompts, spec)
     for run in (one_padded_pass, features_from_tokens):  # warm-up, untimed
         run(lm.model, prompts[0], pipeline.bank.get(keys[0]), pipeline.template_ids, layers)
     seconds, diffs, tokens = {"one padded pass": 0.0, "length buckets": 0.0}, [], []

@@ -25,16 +25,14 @@ import time
 from pathlib import Path
 
 import torch
-from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.decode.engine import Decoded
-from lover_lmeval.core.decode.features import check_layer, questions_features
+from lover_lmeval.core.decode.features import questions_features
 from lover_lmeval.core.memory_plan import PASS_CONTEXT
 from lover_lmeval.core.store.complete import pass_is_full
 from lover_lmeval.core.files import write_text
-from lover_lmeval.harness.model import LoverLM
 
-from benchmarks.bench_common import add_question_options, docs_range, model_path, task_contexts, task_docs
+from benchmarks.bench_common import add_question_options, banked_questions
 
 
 def shared_groups(questions: list, n_branches: int) -> list[list]:
@@ -55,15 +53,9 @@ def main() -> int:
     parser.add_argument("--layers", default="12")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    docs_range(args.docs)  # refused before the model loads
-    lm = LoverLM(gguf_file=model_path(args), dtype=args.dtype, bank=args.bank, bank_only=True, verifier=None,
-                 feature_cache="none")
-    task = TaskManager().load([args.task])["tasks"][args.task]
-    prompts, spec = lm.prompts(task_contexts(task, lm, task_docs(task, args.split, args.docs)),
-                               dict(task.config.generation_kwargs))
+    lm, prompts, keys, layers = banked_questions(args)
     pipeline = lm.pipeline
-    layers = [check_layer(int(x), lm.model.config.num_hidden_layers) for x in args.layers.split(",")]
-    questions = [(p, pipeline.bank.get(k)) for p, k in zip(prompts, pipeline.record_keys(prompts, spec))]
+    questions = [(p, pipeline.bank.get(k)) for p, k in zip(prompts, keys)]
     tokens = sum(len(p) + sum(len(b.token_ids) for b in branches) for p, branches in questions)
     ways = {"one question a pass": [[q] for q in questions],
             "shared passes": shared_groups(questions, pipeline.config.decoding.n_branches)}
