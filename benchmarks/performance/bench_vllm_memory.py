@@ -9,7 +9,7 @@ the HF copy are resident together; in phases the engine exits before the HF copy
 of the two alone. Also the wall time of each run. Writes benchmarks/results/vllm_memory.{json,md}:
 
     .venv-vllm/bin/python -m benchmarks.performance.bench_vllm_memory [--model qwen2.5-coder-0.5b-instruct] \
-      [--limit 4] [--max-gen-toks 64] [--utilization 0.15]
+      [--limit 3] [--max-gen-toks 48] [--utilization 0.3]
 """
 
 from __future__ import annotations
@@ -76,10 +76,12 @@ def main() -> int:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     parser.add_argument("--gguf", help="a GGUF file (default: get-model's file of --model)")
     parser.add_argument("--task", default="lover_gsm8k")
-    parser.add_argument("--limit", type=int, default=4)
-    parser.add_argument("--max-gen-toks", type=int, default=64)
+    parser.add_argument("--limit", type=int, default=3)
+    parser.add_argument("--max-gen-toks", type=int, default=48)
     parser.add_argument("--max-model-len", type=int, default=2048)
-    parser.add_argument("--utilization", type=float, default=0.15, help="the engine's share of RAM, both layouts")
+    parser.add_argument("--utilization", type=float, default=0.3,
+                        help="the engine's share of RAM, both layouts (float32 0.5B: its weights and vLLM's non-KV "
+                             "use need ~0.2 of 24 GB)")
     args = parser.parse_args()
     args.gguf = args.gguf or model_file(args.model)
     with tempfile.TemporaryDirectory() as tmp:

@@ -11,8 +11,8 @@ plan (core/memory_plan.py, logged in one line and kept in the provenance) decide
 spread over the visible GPUs otherwise), `phases` (harness/vllm_phases.py: the engine decodes alone, is freed, then the
 copy reads) or refused with the numbers and the fix; `memory_plan=beside|phases` overrides it. Questions go to vLLM
 in chunks (`chunk_questions`, default sized by the engine's batch), each banked as it returns; with
-`data_parallel_size` > 1 the replicas start once a run and decode whole questions (harness/vllm_replicas.py). A failed engine start
-is one line with vLLM's root cause and its fix (harness/vllm_start.py).
+`data_parallel_size` > 1 the replicas start once a run and decode whole questions (harness/vllm_replicas.py). A
+failed engine start is one line with vLLM's root cause and its fix (harness/vllm_start.py).
 """
 
 from __future__ import annotations

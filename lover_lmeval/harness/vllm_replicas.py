@@ -26,7 +26,8 @@ DP_ENVIRONMENT = ("VLLM_DP_RANK", "VLLM_DP_RANK_LOCAL", "VLLM_DP_SIZE", "VLLM_DP
 
 
 class Replica:
-    """One engine in a Ray actor (wrapped by `ray.remote` in `ReplicaEngine.start`): `decode` runs `VLLMEngine` on it."""
+    """One engine in a Ray actor (wrapped by `ray.remote` in `ReplicaEngine.start`); `decode` runs `VLLMEngine` on
+    it."""
 
     def __init__(self, model_args: dict, lora_request=None):
         from vllm import LLM
