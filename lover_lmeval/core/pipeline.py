@@ -168,8 +168,7 @@ class Pipeline:
         read = self.store.record
         if read.passes:
             log.info("lover: the model read %d questions' tokens in %d shared passes: %d tokens in %.1f s, %.0f "
-                     "tokens/s so far", read.questions, read.passes, read.tokens, read.seconds,
-                     read.tokens / max(read.seconds, 1e-9))
+                     "tokens/s so far", read.questions, read.passes, read.tokens, read.seconds, read.tokens_per_second)
         return results
 
     def _complete(self, items: list[tuple[int, Decoded]], prompts: list[list[int]], keys: list[str], stats: bool

@@ -85,8 +85,7 @@ class ReplicaEngine:
         self.start()
         # a replica decodes its share of a chunk in one VLLMEngine call (its own chunk: the whole share)
         step = (self.engine.chunk_questions or max(len(prompts), 1)) * self.size
-        inner = VLLMEngine(None, self.engine.tokenizer, self.engine.eos_ids)
-        inner.name = self.engine.name
+        inner = VLLMEngine(None, self.engine.tokenizer, self.engine.eos_ids)  # its generate: the replica's engine
         for start in range(0, len(prompts), step):
             shares = {}  # the replica's future -> the questions it decodes
             for r, replica in enumerate(self.replicas):

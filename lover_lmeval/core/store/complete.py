@@ -17,7 +17,7 @@ decoded now or read back. Dimensions: N branches, T templates, L feature layers,
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,8 +29,8 @@ from .bank import BranchBank, FeatureCache
 
 
 @dataclass
-class Question:
-    """One decoded question on its way through the step."""
+class Pending:
+    """One decoded question on its way through the step (features.Question is its plain (prompt, branches))."""
 
     prompt: list[int]
     key: str
@@ -57,11 +57,13 @@ class PassRecord:
     tokens: int = 0
     """Prompt and branch tokens run through the model."""
     seconds: float = 0.0
-    by_pass: list[int] = field(default_factory=list)
-    """Questions in each shared pass."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
 
     def as_dict(self) -> dict:
-        rate = self.tokens / self.seconds if self.seconds else 0.0
+        rate = self.tokens_per_second
         return {"questions": self.questions, "passes": self.passes, "tokens": self.tokens,
                 "seconds": round(self.seconds, 3), "tokens_per_second": round(rate, 1)}
 
@@ -86,15 +88,17 @@ class StoreStep:
                                           self.layers, stats=flags[0], margins=flags[1])
             self.record.seconds += time.perf_counter() - began
             self.record.passes += 1
-            self.record.by_pass.append(len(group))
             self.record.questions += len(group)
             self.record.tokens += sum(len(q.prompt) + sum(len(b.token_ids) for b in q.branches) for q in group)
-            for q, out in zip(group, computed):
-                q.features, q.found = out if flags[0] else (out, q.found)
+            for q, out in zip(group, computed):  # (features, statistics) with statistics asked, else features
+                if flags[0]:
+                    q.features, q.found = out
+                else:
+                    q.features = out
                 q.computed = True
         return [self._write(q) for q in questions]
 
-    def _read(self, model, prompt: list[int], key: str, decoded: Decoded, stats: bool) -> Question:
+    def _read(self, model, prompt: list[int], key: str, decoded: Decoded, stats: bool) -> Pending:
         """What the question has and lacks; features read on its caches or from the feature cache, when there."""
         branches, cache = decoded.branches, self.feature_cache
         if decoded.fresh and self.bank is not None and decoded.caches is not None:  # complete as decoded: bank now
@@ -102,7 +106,7 @@ class StoreStep:
         margins = any(len(b.margins) != len(b.token_ids) for b in branches)
         lacking = margins or (stats and any(b.stats is None for b in branches))
         found = cache.get_stats(key) if lacking and cache is not None and not decoded.fresh else None
-        q = Question(prompt, key, decoded, branches, margins, lacking and found is None, found)
+        q = Pending(prompt, key, decoded, branches, margins, lacking and found is None, found)
         if decoded.caches is not None:
             q.features = assertion_features(model, branches, decoded.caches, self.template_ids, self.layers)
             q.computed = True
@@ -112,7 +116,7 @@ class StoreStep:
                 q.found = stats_from_tokens(model, prompt, branches, margins=margins)
         return q
 
-    def _write(self, q: Question) -> tuple[list[Branch], torch.Tensor]:
+    def _write(self, q: Pending) -> tuple[list[Branch], torch.Tensor]:
         """The question's branches filled in, banked (decoded now, completed by the pass) and cached."""
         branches, cache = q.branches, self.feature_cache
         if q.found is not None:
