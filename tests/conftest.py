@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
-import torch
+
+# Under pytest-xdist (the README's `-n 2`) each worker gets its share of the cores, set before torch starts its pool
+# and inherited by every command a test runs: two workers of two OpenMP threads each on a 2-core machine would wait
+# on each other's barriers (several times slower), while one thread each keeps both cores busy.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _THREADS = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_variable] = _THREADS
+
+import torch  # noqa: E402  (after the thread count it reads)
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(int(_THREADS))  # in case a plugin imported torch before this file
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -99,13 +113,30 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+def session_folder(tmp_path_factory) -> Path:
+    """A folder every process of this pytest run shares: the base temporary folder, or under pytest-xdist the one
+    above each worker's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def golden_baseline(tmp_path_factory) -> tuple[dict, Path]:
     """The golden run on this machine as it is (tests/golden.py) and the feature cache it filled: compared with
-    `expected.json` by test_golden.py and with perturbed reruns by test_golden_perturbed.py, run once for both."""
-    import json
+    `expected.json` by test_golden.py, with perturbed reruns by test_golden_perturbed.py and read by test_view.py, run
+    once for all of them. Under pytest-xdist the first worker to need it runs it while the others wait on a lock, and
+    every worker reads the one result (written last, atomically: its presence means the run completed)."""
+    from filelock import FileLock
 
     from golden import golden_run
 
-    run = tmp_path_factory.mktemp("golden")
-    return json.loads(json.dumps(golden_run(run))), run / "features"
+    run = session_folder(tmp_path_factory) / "golden-baseline"
+    result = run / "baseline.json"
+    with FileLock(str(run) + ".lock"):
+        if not result.is_file():  # a worker whose run failed left a partial folder: start it afresh
+            shutil.rmtree(run, ignore_errors=True)
+            run.mkdir()
+            written = run / "baseline.json.tmp"
+            written.write_text(json.dumps(golden_run(run)))
+            written.replace(result)
+    return json.loads(result.read_text()), run / "features"

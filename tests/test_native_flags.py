@@ -1,10 +1,10 @@
 """Every lm-eval flag a user passes to lover_hf is honoured or refused by name, on the real `lm_eval` CLI.
 
 Each honoured row runs `lm_eval --model lover_hf` on the embedded SmolLM2 (1 question, 2 branches, 8 tokens) with one
-flag and asserts what the run recorded (the results file's provenance, the log, the logged prompt). Each refused row
-runs lm-eval's command-line entry point in this process and asserts that it stopped before decoding with an error
-naming the value; one of them runs the real command too, which prints one line `lover_hf: error: ...` and no
-traceback.
+flag, through lm-eval's command-line entry point in this process, and asserts what the run recorded (the results
+file's provenance, the log, the logged prompt). Each refused row runs the same entry point and asserts that it stopped
+before decoding with an error naming the value; one of them runs the real command, whose output is the subject: one
+line `lover_hf: error: ...` and no traceback.
 """
 
 from __future__ import annotations
@@ -17,20 +17,22 @@ import sys
 
 import pytest
 
+import in_process
+
 BASE_ARGS = "n_branches=2"
 
 
-def _lm_eval(tmp_path, model_args: str, *flags: str) -> tuple[subprocess.CompletedProcess, dict | None, list]:
+def _arguments(tmp_path, model_args: str, *flags: str) -> list[str]:
+    gen_kwargs = [] if "--gen_kwargs" in flags else ["--gen_kwargs", "max_gen_toks=8"]
+    return ["--model", "lover_hf", "--model_args", model_args, "--tasks", "lover_gsm8k", "--limit", "1",
+            "--output_path", str(tmp_path / "out"), "--log_samples", *flags, *gen_kwargs]
+
+
+def _outputs(tmp_path) -> tuple[dict | None, list]:
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args", model_args,
-               "--tasks", "lover_gsm8k", "--limit", "1", "--output_path", str(out), "--log_samples", *flags]
-    if "--gen_kwargs" not in flags:
-        command += ["--gen_kwargs", "max_gen_toks=8"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     results = glob.glob(str(out / "*" / "results_*.json"))
     samples = glob.glob(str(out / "*" / "samples_lover_gsm8k_*.jsonl"))
-    return (done, json.load(open(results[0])) if results else None,
+    return (json.load(open(results[0])) if results else None,
             [json.loads(line) for line in open(samples[0])] if samples else [])
 
 
@@ -82,19 +84,22 @@ REFUSED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", list(HONOURED))
 def test_flag_is_honoured(tmp_path, smollm2_dir, flag):
     model_args, flags, check = HONOURED[flag]
-    done, results, samples = _lm_eval(tmp_path, model_args, *flags)
-    assert done.returncode == 0, done.stderr[-4000:]
-    check(results, samples, done.stdout + done.stderr)
+    done = in_process.lm_eval(_arguments(tmp_path, model_args, *flags), tmp_path)
+    check(*_outputs(tmp_path), done.stdout + done.stderr)
 
 
+@pytest.mark.slow
 def test_a_refused_flag_stops_the_real_command_in_one_line(tmp_path, smollm2_dir):
     """The `lm_eval` command itself: a refusal is its last line, `lover_hf: error: ...`, with no traceback."""
     model_args, flags, message = REFUSED["a gen_kwarg lover_hf lacks"]
-    done, results, _ = _lm_eval(tmp_path, model_args, *flags)
-    assert done.returncode != 0 and results is None
+    done = subprocess.run([sys.executable, "-m", "lm_eval", *_arguments(tmp_path, model_args, *flags)], cwd=tmp_path,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode != 0 and _outputs(tmp_path)[0] is None
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("lover_hf: error: ") and message in last, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
@@ -105,25 +110,17 @@ def test_flag_is_refused_before_decoding(tmp_path, smollm2_dir, monkeypatch, fla
     """Each refusal through lm-eval's own command-line entry point, in this process (the command's one-line output
     is the test above's): the run stops with a LoverUsageError naming the value, before any question is decoded and
     before any results file is written."""
-    from lm_eval.__main__ import cli_evaluate
-
     from lover_lmeval.harness.model_args import LoverUsageError
 
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoding started before the refusal")
 
     model_args, flags, message = REFUSED[flag]
-    out = tmp_path / "out"
-    gen_kwargs = [] if "--gen_kwargs" in flags else ["--gen_kwargs", "max_gen_toks=8"]
-    # argv[0] is not `lm_eval`: the one-line excepthook (for the real command) stays out of this process.
-    monkeypatch.setattr(sys, "argv", ["in-process", "--model", "lover_hf", "--model_args", model_args, "--tasks",
-                                      "lover_gsm8k", "--limit", "1", "--output_path", str(out), *flags, *gen_kwargs])
     monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_decoding)
-    monkeypatch.chdir(tmp_path)
     with pytest.raises(LoverUsageError) as error:
-        cli_evaluate()
+        in_process.lm_eval(_arguments(tmp_path, model_args, *flags), tmp_path)
     assert message in str(error.value), str(error.value)
-    assert not out.exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_empty_prompt_is_refused_before_decoding_naming_its_document():
