@@ -140,3 +140,15 @@ def golden_baseline(tmp_path_factory) -> tuple[dict, Path]:
             written.write_text(json.dumps(golden_run(run)))
             written.replace(result)
     return json.loads(result.read_text()), run / "features"
+
+
+#: Fixtures that run an LLM end to end (the golden run's two commands): a test that needs one is `slow` by that alone.
+END_TO_END_FIXTURES = {"golden_baseline"}
+
+
+def pytest_collection_modifyitems(items):
+    """`slow` on every test whose fixtures run an LLM end to end, so the fast tier (`-m "not slow"`) cannot pull a
+    golden run in through a fixture; tests that run one themselves carry the mark in their module."""
+    for item in items:
+        if END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

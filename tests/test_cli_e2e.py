@@ -1,4 +1,5 @@
-"""The real `lm_eval` CLI with `--model lover_hf`: SmolLM2 end to end, and two CPU ranks."""
+"""`lm_eval --model lover_hf` end to end: the real command on SmolLM2 (the one CLI smoke test) and on two CPU ranks
+(torchrun's processes are the subject), the rest through lm-eval's entry point in this process (tests/in_process.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import in_process
+from lover_lmeval.core.select.rows import TASK_ROWS
+
 REPO = Path(__file__).resolve().parents[1]
-from lover_lmeval.core.select.rows import TASK_ROWS  # noqa: E402
+# Every test here runs an LLM end to end.
+pytestmark = pytest.mark.slow
 
 STRATEGIES = set(TASK_ROWS)  # every task YAML has one metric row per task row (a strategy each)
 
@@ -69,9 +76,8 @@ def test_lm_eval_cli_runs_the_lover_bbh_group_in_one_call(tmp_path, smollm2_dir)
     one lm_eval call runs them all, each task's test-time fit grouping answers with its own filters' extractor (a run
     used to have one extractor, and refused the group)."""
     out = tmp_path / "out"
-    _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args", "n_branches=2",
-          "--gen_kwargs", "max_gen_toks=8", "--tasks", "lover_bbh", "--limit", "2", "--output_path", str(out)],
-         tmp_path)
+    in_process.lm_eval(["--model", "lover_hf", "--model_args", "n_branches=2", "--gen_kwargs", "max_gen_toks=8",
+                        "--tasks", "lover_bbh", "--limit", "2", "--output_path", str(out)], tmp_path)
     (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
     results = json.load(open(results_file))
     assert set(BBH_EXTRACTORS) <= set(results["results"])
@@ -90,15 +96,18 @@ LIMIT = 5  # questions of the rank tests: an uneven split over two ranks
 
 def _bank_run(tmp_path: Path, name: str, ranks: int, limit: int = LIMIT, feature_cache: Path | None = None
               ) -> tuple[dict, dict]:
-    """lm_eval over a SmolLM2 bank (embedded model, N = 10, chat template, never decoding) on `ranks`
-    CPU processes; returns (metrics, {(filter, doc_id): pick}) and checks that every rank decoded its share."""
+    """lm_eval over a SmolLM2 bank (embedded model, N = 10, chat template, never decoding) on `ranks` CPU processes
+    (torchrun's), or one rank in this process; returns (metrics, {(filter, doc_id): pick}) and checks that every rank
+    decoded its share."""
     out = tmp_path / name
-    launcher = [shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun",
-                "--nproc_per_node", str(ranks), "-m"] if ranks > 1 else [sys.executable, "-m"]
-    done = _run([*launcher, "lm_eval", "--model", "lover_hf", "--model_args",
-                 f"bank={BANK},bank_only=true,feature_cache={feature_cache or 'none'}", "--apply_chat_template",
-                 "--tasks", "lover_gsm8k",
-                 "--limit", str(limit), "--log_samples", "--output_path", str(out)], tmp_path, ACCELERATE_USE_CPU="1")
+    args = ["lm_eval", "--model", "lover_hf", "--model_args",
+            f"bank={BANK},bank_only=true,feature_cache={feature_cache or 'none'}", "--apply_chat_template",
+            "--tasks", "lover_gsm8k", "--limit", str(limit), "--log_samples", "--output_path", str(out)]
+    if ranks > 1:
+        torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
+        done = _run([torchrun, "--nproc_per_node", str(ranks), "-m", *args], tmp_path, ACCELERATE_USE_CPU="1")
+    else:
+        done = in_process.lm_eval(args[1:], tmp_path)
     log = done.stdout + done.stderr
     shares = [limit // ranks + (rank < limit % ranks) for rank in range(ranks)]
     assert all(f"lover_hf rank {r}/{ranks}: " in log for r in range(ranks)), log[-3000:]
@@ -129,32 +138,30 @@ def test_one_and_two_cpu_ranks_give_identical_picks_and_metrics(tmp_path):
     for key, value in one_metrics.items():  # lm-eval sums the stderr in another order across ranks: last-bit noise
         if key.startswith("exact_match_stderr,"):
             assert abs(value - two_metrics[key]) < 1e-12, key
-    lover = str(Path(sys.executable).parent / "lover")
-    done = _run([lover, "compare", "--model_args", f"bank={BANK},bank_only=true,feature_cache={cache}",
-                 "--apply_chat_template", "--tasks", "lover_gsm8k", "--limit", str(LIMIT), "--n_boot", "10",
-                 "--cv_folds", "0", "--out", str(tmp_path / "compare")], tmp_path)
+    in_process.lover(["compare", "--model_args", f"bank={BANK},bank_only=true,feature_cache={cache}",
+                      "--apply_chat_template", "--tasks", "lover_gsm8k", "--limit", str(LIMIT), "--n_boot", "10",
+                      "--cv_folds", "0", "--out", str(tmp_path / "compare")], tmp_path)
     rows = [json.loads(line) for line in open(tmp_path / "compare" / "per_question.jsonl")]
     assert len(rows) == LIMIT
     assert all(row[strategy] == one_picks[(strategy, row["doc_id"])][1] for row in rows for strategy in STRATEGIES)
 
 
 def test_lm_eval_scores_with_a_checkpoint_trained_by_lover_train(tmp_path, tiny_model_dir):
-    """The README's `verifier=CKPT` under the real lm_eval CLI, with a checkpoint `lover train` made in this test
+    """The README's `verifier=CKPT` under lm_eval's command line, with a checkpoint `lover train` made in this test
     (chat-templated prompts, recorded in its metadata): the lover rows are scored by it, and a run on plain prompts
     is warned that the checkpoint expects --apply_chat_template."""
-    lover = str(Path(sys.executable).parent / "lover")
     checkpoint = tmp_path / "gsm8k.safetensors"
-    _run([lover, "train", "--model_args", f"pretrained={tiny_model_dir},n_branches=2", "--task", "lover_gsm8k",
-          "--split", "train", "--limit", "3", "--gen_kwargs", "max_gen_toks=6", "--apply_chat_template",
-          "--fit_config", "epochs=2;restarts=1", "--bank", str(tmp_path / "bank.sqlite"), "--out", str(checkpoint)],
-         tmp_path)
+    in_process.lover(["train", "--model_args", f"pretrained={tiny_model_dir},n_branches=2", "--task", "lover_gsm8k",
+                      "--split", "train", "--limit", "3", "--gen_kwargs", "max_gen_toks=6", "--apply_chat_template",
+                      "--fit_config", "epochs=2;restarts=1", "--bank", str(tmp_path / "bank.sqlite"), "--out",
+                      str(checkpoint)], tmp_path)
     assert json.loads(checkpoint.with_suffix(".json").read_text())["chat_template"] is True
     for chat in (True, False):
         out = tmp_path / f"out-{chat}"
-        done = _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args",
-                     f"pretrained={tiny_model_dir},n_branches=2,verifier={checkpoint}", "--gen_kwargs",
-                     "max_gen_toks=6", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples", "--output_path",
-                     str(out), *(["--apply_chat_template"] if chat else [])], tmp_path)
+        done = in_process.lm_eval(["--model", "lover_hf", "--model_args",
+                                   f"pretrained={tiny_model_dir},n_branches=2,verifier={checkpoint}", "--gen_kwargs",
+                                   "max_gen_toks=6", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples",
+                                   "--output_path", str(out), *(["--apply_chat_template"] if chat else [])], tmp_path)
         (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
         metrics = json.load(open(results_file))["results"]["lover_gsm8k"]
         assert {"exact_match,lover_max", "exact_match,lover_sum"} <= set(metrics)
@@ -163,16 +170,17 @@ def test_lm_eval_scores_with_a_checkpoint_trained_by_lover_train(tmp_path, tiny_
         assert warned is not chat, "the prompt-format warning fires exactly when the run differs from the checkpoint"
 
 
-def test_use_cache_is_refused_before_any_request_runs(tmp_path, tiny_model_dir):
+def test_use_cache_is_refused_before_any_request_runs(tmp_path, tiny_model_dir, monkeypatch):
     """lm-eval's request cache would serve one question's answer from an earlier run's fit (or other model_args): two
     runs sharing one cache, with different limits and model_args, are each refused with the reason and the fix,
     before decoding anything (so neither can serve the other a stale answer)."""
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("a request ran before the refusal")
+
+    monkeypatch.setattr("lover_lmeval.core.decode.engine.HFEngine.decode", no_decoding)
     for limit, n_branches in ((1, 2), (2, 3)):
-        done = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args",
-                               f"pretrained={tiny_model_dir},n_branches={n_branches}", "--tasks", "lover_gsm8k",
-                               "--limit", str(limit), "--use_cache", str(tmp_path / "cache")], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-        assert done.returncode != 0
-        assert "--use_cache cannot hold lover_hf's results" in done.stderr and "bank=PATH" in done.stderr
-        assert "lover_hf rank" not in done.stdout + done.stderr, "a request ran before the refusal"
+        with pytest.raises(ValueError) as error:  # the model's set_cache_hook refuses
+            in_process.lm_eval(["--model", "lover_hf", "--model_args",
+                                f"pretrained={tiny_model_dir},n_branches={n_branches}", "--tasks", "lover_gsm8k",
+                                "--limit", str(limit), "--use_cache", str(tmp_path / "cache")], tmp_path)
+        assert "--use_cache cannot hold lover_hf's results" in str(error.value) and "bank=PATH" in str(error.value)

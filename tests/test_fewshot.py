@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import pytest
 
+import in_process
 from lover_lmeval.core.select.answers import get_extractor
 from lover_lmeval.data import fewshot
 from lover_lmeval.data.tasks import load_mmlu_pro
-from tests.test_cli_e2e import _run
 from tests.test_tasks import DATA, EXPECTED, _task_manager
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -185,6 +184,7 @@ def test_bbh_prompt_file_in_another_form_is_refused():
         fewshot.bbh_exemplars(text)
 
 
+@pytest.mark.slow
 def test_lm_eval_cli_two_shot_branches_follow_the_exemplars(tmp_path, smollm2_dir):
     """`lm_eval --num_fewshot 2 --apply_chat_template --fewshot_as_multiturn` on the embedded SmolLM2-135M, on
     HotpotQA yes/no (the shortest exemplars: 2 questions x 2 branches x at most 40 tokens keep it cheap): the logged
@@ -194,10 +194,10 @@ def test_lm_eval_cli_two_shot_branches_follow_the_exemplars(tmp_path, smollm2_di
     yes."), one is the bare sentence. The form, not correctness: the facts are wrong, and all four say yes (gold:
     yes, no)."""
     out = tmp_path / "out"
-    _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args", "n_branches=2,extract=yes_no",
-          "--gen_kwargs", "max_gen_toks=40", "--tasks", "lover_hotpotqa_yesno", "--num_fewshot", "2",
-          "--apply_chat_template", "--fewshot_as_multiturn", "--limit", "2", "--log_samples", "--output_path",
-          str(out)], tmp_path)
+    in_process.lm_eval(["--model", "lover_hf", "--model_args", "n_branches=2,extract=yes_no", "--gen_kwargs",
+                        "max_gen_toks=40", "--tasks", "lover_hotpotqa_yesno", "--num_fewshot", "2",
+                        "--apply_chat_template", "--fewshot_as_multiturn", "--limit", "2", "--log_samples",
+                        "--output_path", str(out)], tmp_path)
     shots = fewshot.HOTPOTQA_EXEMPLARS[:2]
     (path,) = out.glob("*/samples_lover_hotpotqa_yesno_*.jsonl")
     samples = {s["doc_id"]: s for s in map(json.loads, path.read_text().splitlines())}

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
+import in_process
 from tests.conftest import REPO
 
 QUESTIONS = [{"question": "Tom has 50 apples and finds 1 more. How many apples?", "answer": "51.0"},
@@ -26,17 +24,15 @@ def readme_yaml() -> str:
     return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.slow
 def test_the_readme_own_task_yaml_runs_as_written(tmp_path, tiny_model_dir):
     folder = tmp_path / "tasks"
     folder.mkdir()
     (folder / "my_arith.yaml").write_text(readme_yaml())
     (tmp_path / "my_arith.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
-    done = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args",
-                           f"pretrained={tiny_model_dir},n_branches=2", "--gen_kwargs", "max_gen_toks=4", "--tasks",
-                           "my_arith", "--include_path", str(folder), "--output_path", str(tmp_path / "out")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = in_process.lm_eval(["--model", "lover_hf", "--model_args", f"pretrained={tiny_model_dir},n_branches=2",
+                               "--gen_kwargs", "max_gen_toks=4", "--tasks", "my_arith", "--include_path", str(folder),
+                               "--output_path", str(tmp_path / "out")], tmp_path)
     (results_file,) = glob.glob(str(tmp_path / "out" / "*" / "results_*.json"))
     metrics = json.load(open(results_file))["results"]["my_arith"]
     rows = {key.split(",")[1] for key in metrics if key.startswith("lover_match,")}

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+import in_process
 from lover_lmeval.apps.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,21 +35,17 @@ def banked_run(golden_baseline, tmp_path_factory) -> Path:
     copy of the golden run's feature cache (its questions include these)."""
     root = tmp_path_factory.mktemp("view")
     shutil.copytree(golden_baseline[1], root / "features")
-    done = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args",
-                           f"bank={BANK},bank_only=true,feature_cache={root / 'features'}", "--apply_chat_template",
-                           "--tasks", "lover_gsm8k", "--limit", str(LIMIT), "--log_samples", "--output_path",
-                           str(root / "out")], cwd=root, capture_output=True, text=True, timeout=1200,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    in_process.lm_eval(["--model", "lover_hf", "--model_args",
+                        f"bank={BANK},bank_only=true,feature_cache={root / 'features'}", "--apply_chat_template",
+                        "--tasks", "lover_gsm8k", "--limit", str(LIMIT), "--log_samples", "--output_path",
+                        str(root / "out")], root)
     return root
 
 
 @pytest.fixture(scope="module")
 def page(banked_run) -> Path:
-    """The real `lover view` command on the run's output folder; it prints the file's path."""
-    lover = str(Path(sys.executable).parent / "lover")
-    done = subprocess.run([lover, "view", str(banked_run / "out")], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    """`lover view` on the run's output folder; it prints the file's path."""
+    done = in_process.lover(["view", str(banked_run / "out")], banked_run)
     path = Path(done.stdout.strip().splitlines()[-1])
     assert path == banked_run / "out" / "lover_view.html" and path.is_file()
     return path
