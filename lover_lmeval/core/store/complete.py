@@ -16,6 +16,7 @@ decoded now or read back. Dimensions: N branches, T templates, L feature layers,
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, replace
 
@@ -26,6 +27,8 @@ from ..decode.engine import Decoded
 from ..decode.features import MAX_PASS_ROWS, assertion_features, questions_features, stats_from_tokens
 from ..decode.token_stats import decode_stats, encode_stats
 from .bank import BranchBank, FeatureCache
+
+log = logging.getLogger("lm_eval.lover_hf")  # the pipeline's logger (lm-eval's CLI shows it)
 
 
 @dataclass
@@ -75,6 +78,8 @@ class StoreStep:
                  layers: list[int]):
         self.bank, self.feature_cache, self.template_ids, self.layers = bank, feature_cache, template_ids, layers
         self.record = PassRecord()
+        self.banked = 0
+        """Questions this step has banked (decoded now)."""
 
     def complete(self, model, items: list[tuple[list[int], str, Decoded]], stats: bool
                  ) -> list[tuple[list[Branch], torch.Tensor]]:
@@ -98,11 +103,20 @@ class StoreStep:
                 q.computed = True
         return [self._write(q) for q in questions]
 
+    def _bank(self, key: str, branches: list[Branch], prompt: list[int]) -> None:
+        """Bank a question decoded now; the first one says, once, that from here on a stopped run resumes (a user
+        who stops a long run learns that nothing decoded is lost, and a test can interrupt on the line)."""
+        self.bank.add(key, branches, prompt_ids=prompt)
+        self.banked += 1
+        if self.banked == 1:
+            log.info("lover: the first decoded question is banked in %s; a run stopped from here on resumes from the "
+                     "bank (the same command reads banked questions back)", self.bank.path)
+
     def _read(self, model, prompt: list[int], key: str, decoded: Decoded, stats: bool) -> Pending:
         """What the question has and lacks; features read on its caches or from the feature cache, when there."""
         branches, cache = decoded.branches, self.feature_cache
         if decoded.fresh and self.bank is not None and decoded.caches is not None:  # complete as decoded: bank now
-            self.bank.add(key, branches, prompt_ids=prompt)
+            self._bank(key, branches, prompt)
         margins = any(len(b.margins) != len(b.token_ids) for b in branches)
         lacking = margins or (stats and any(b.stats is None for b in branches))
         found = cache.get_stats(key) if lacking and cache is not None and not decoded.fresh else None
@@ -122,7 +136,7 @@ class StoreStep:
         if q.found is not None:
             branches = [_filled(b, s) for b, s in zip(branches, q.found)]
         if q.decoded.fresh and self.bank is not None and q.decoded.caches is None:
-            self.bank.add(q.key, branches, prompt_ids=q.prompt)
+            self._bank(q.key, branches, q.prompt)
         if cache is not None and q.computed:
             cache.put(q.key, self.layers, self.template_ids, q.features)
         if cache is not None and q.lacking and not q.decoded.fresh:
