@@ -175,10 +175,17 @@ def test_several_questions_share_passes_and_get_what_each_gets_alone(peaked_mode
     """fp32, three prompts of 2, 11 and 20 tokens, 3 branches each of up to 12 tokens (some ended early by two EOS
     tokens, one cut to no token at all): `questions_features` runs every question's branches on top of its own
     prompt in shared passes (rows of different questions side by side, prompts padded to the widest, 4 rows a pass),
-    and gives each question the features, statistics and margins that `features_from_tokens` gives it alone, within
-    float32 rounding: the padded columns change only the order of summation, seen 1.2e-4 on features of magnitude
-    ~300 (relative 4e-7; allowed 1e-6 of the largest), statistics and margins within 1e-5."""
+    and gives each question the features, statistics and margins that `features_from_tokens` gives it alone. The
+    padded columns change only the order of summation, so both are held to the same float64 computation within what
+    float32 rounding can move them (tests/float_bounds.py: here 1.7e-5 of the largest feature, ~360, so 6.0e-3;
+    seen against float64: at most 8.7e-4 on an AMD EPYC under its AVX-512, AVX2 and scalar kernels; between the two
+    sides, 2.59e-4 on an Intel Xeon with AMX). Statistics and margins within 2 x the logits' bound (1.2e-3 here; the
+    1e-5 this test once allowed failed a log-probability under AVX2). A planted error of 1e-4 of the largest value
+    on one feature of the shared pass fails the bound."""
+    import copy
     from dataclasses import replace
+
+    from float_bounds import decoder_relative_error, logit_statistics_error
 
     from lover_lmeval.core.decode.features import questions_features
 
@@ -194,15 +201,30 @@ def test_several_questions_share_passes_and_get_what_each_gets_alone(peaked_mode
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
     together = questions_features(peaked_model, list(zip(prompts, branches)), templates, [1, 2], stats=True,
                                   margins=True, max_rows=4)
+    exact = copy.deepcopy(peaked_model).double()
+    config = peaked_model.config
     for prompt, q_branches, (features, found) in zip(prompts, branches, together):
         alone, alone_found = features_from_tokens(peaked_model, prompt, q_branches, templates, [1, 2], stats=True,
                                                   margins=True)
-        assert features.shape == alone.shape == (3, 2, 2, peaked_model.config.hidden_size)
-        torch.testing.assert_close(features, alone, atol=1e-6 * float(alone.abs().max()), rtol=0)
-        for mine, theirs in zip(found, alone_found):
-            assert mine.keys() == theirs.keys()
-            for name in mine:
-                assert mine[name] == pytest.approx(theirs[name], abs=1e-5), name
+        reference, reference_found = features_from_tokens(exact, prompt, q_branches, templates, [1, 2], stats=True,
+                                                          margins=True)
+        assert features.shape == alone.shape == (3, 2, 2, config.hidden_size)
+        positions = len(prompt) + max(len(b.token_ids) for b in q_branches) + max(map(len, templates))
+        bound = decoder_relative_error(config, positions) * float(reference.abs().max())
+        for computed in (features, alone):
+            torch.testing.assert_close(computed.double(), reference.double(), atol=bound, rtol=0)
+        planted = features.clone()
+        planted[0, 0, 0, 0] += 1e-4 * float(reference.abs().max())
+        assert float((planted.double() - reference.double()).abs().max()) > bound, "the bound would hide a planted error"
+        with torch.no_grad():
+            largest_logit = max(float(exact(torch.tensor([prompt + b.token_ids])).logits.abs().max())
+                                for b in q_branches)
+        statistics_bound = logit_statistics_error(config, positions, largest_logit)
+        for computed in (found, alone_found):
+            for mine, theirs in zip(computed, reference_found):
+                assert mine.keys() == theirs.keys()
+                for name in mine:
+                    assert mine[name] == pytest.approx(theirs[name], abs=statistics_bound), name
 
 
 def test_statistics_of_branches_with_no_token_or_one(peaked_model, tokenizer, one_thread):

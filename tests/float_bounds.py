@@ -1,0 +1,37 @@
+"""Tolerances derived from the computation, for comparing two float32 computations of the same value: each side is
+held to a float64 reference within what float32 rounding can move it, so a bound is not a number seen on one CPU.
+
+The model of rounding is the probabilistic one of Higham & Mary (2019, "A new approach to probabilistic rounding
+error analysis"): a sum of K float32 terms errs by about u * sqrt(K) of its magnitude (u = 2^-24, the unit roundoff),
+where the worst case K * u is never approached by rounding errors that are independent; a forward pass's relative
+error is then u times the sum of sqrt(K) over the products on its path. The errors seen against float64 under three
+kernel sets (AVX-512, AVX2, scalar) are 7 to 12 times below these bounds, and a planted error of 1e-4 of the largest
+value on one feature is 6 times above them (tests/test_features.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+U32 = 2.0 ** -24
+"""float32's unit roundoff."""
+
+
+def decoder_relative_error(config, positions: int) -> float:
+    """A llama-like decoder's float32 hidden states relative to their largest magnitude: per layer, the q/k/v/o
+    projections (sums of D terms), the attention scores (head dim) and their weighted sum (`positions` terms), the
+    MLP's gate and up (D) and down (F) projections."""
+    d, f = config.hidden_size, config.intermediate_size
+    head = d // config.num_attention_heads
+    per_layer = 4 * math.sqrt(d) + math.sqrt(head) + math.sqrt(positions) + 2 * math.sqrt(d) + math.sqrt(f)
+    return U32 * config.num_hidden_layers * per_layer
+
+
+def logit_statistics_error(config, positions: int, largest_logit: float) -> float:
+    """Absolute error of a statistic of the next-token distribution (log-probability, top-k mean, entropy, KL to
+    uniform; a probability margin): each moves by at most twice the largest logit change (the log-softmax subtracts
+    a logsumexp that moves by at most the largest change), and the logits err as the hidden state does, plus the
+    output projection (D terms) and the logsumexp over the vocabulary (V terms)."""
+    relative = (decoder_relative_error(config, positions)
+                + U32 * (math.sqrt(config.hidden_size) + math.sqrt(config.vocab_size)))
+    return 2 * relative * largest_logit
