@@ -148,7 +148,8 @@ def smollm2_model(smollm2_dir):
     return AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
 
 
-@pytest.mark.parametrize("mode, kw", [("cot", {}), ("sample", {"seed": 5, "temperature": 0.7, "top_p": 0.95})])
+@pytest.mark.parametrize("mode, kw", [("cot", {}), pytest.param("sample", {"seed": 5, "temperature": 0.7, "top_p": 0.95},
+                                                                  marks=pytest.mark.slow)])  # the real SmolLM2
 def test_continuous_batching_gives_the_branches_of_each_question_decoded_alone(request, tokenizer, mode, kw):
     """Five questions of 3 branches through 3, 6 or 7 rows, or all 15 at once: questions join as others end (two
     tokens taken as EOS end branches at different steps). Every branch is token-identical to decoding its question
@@ -280,7 +281,8 @@ def test_row_budget_below_one_question_is_refused_before_decoding():
         LoverConfig.from_model_args({"max_rows": "0"})
 
 
-def test_continuous_batching_reproduces_a_committed_bank_of_the_real_model(smollm2_dir, tokenizer):
+@pytest.mark.slow
+def test_continuous_batching_reproduces_a_committed_bank_of_the_real_model(smollm2_dir, smollm2_model, tokenizer):
     """The real SmolLM2-135M (fp32) on four banked GSM8K test prompts (`benchmarks/banks/smollm2-135m-instruct/`,
     decoded batch by batch, 10 questions a batch, before continuous batching existed), now through 20 rows: two
     questions decode at a time and the others join as rows free up; and the shortest on static rows
@@ -289,8 +291,6 @@ def test_continuous_batching_reproduces_a_committed_bank_of_the_real_model(smoll
     token, with the same finish reason and margins. The four are the bank's shortest (longest branch 89-145 tokens),
     to keep the test short."""
     from dataclasses import asdict
-
-    from transformers import AutoModelForCausalLM
 
     from lover_lmeval.core.store.bank import record_key
     from lover_lmeval.core.store.bank_store import open_store
@@ -304,7 +304,7 @@ def test_continuous_batching_reproduces_a_committed_bank_of_the_real_model(smoll
     identity = model_identity(str(smollm2_dir), sha256_file(default_gguf()), None)
     settings = {"decoding": asdict(config), "until": until, "max_gen_toks": 256}
     assert [record_key(identity, r["prompt_ids"], settings) for r in records] == [r["key"] for r in records]
-    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    model = smollm2_model  # the module's copy, loaded once
     eos_ids = Pipeline(model, tokenizer).eos_ids()
     branches, _ = decode_branches(model, tokenizer, [r["prompt_ids"] for r in records], config, 256, until, eos_ids,
                                   tokenizer.pad_token_id, max_rows=20)
