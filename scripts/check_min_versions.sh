@@ -1,21 +1,45 @@
 #!/usr/bin/env bash
-# The declared lower bounds, tested (issue Wheel): a fresh venv with every dependency at its minimum
-# (ci/min-versions.txt), this package on top, and the suite's core subset (decoding, features, pipeline, bank, the
-# lm-eval adapter, bad input). Called by .ci/run after the full suite, which runs on the newest releases.
+# The declared lower bounds, tested: a fresh venv with every dependency at its minimum (ci/min-versions.txt), this
+# package on top, and the tests whose outcome the versions decide: the model's loading and the lm-eval adapter
+# (test_model, test_bad_input), decoding, features and the pipeline (test_decoding, test_features, test_pipeline).
+# What no version bound changes (the bank's storage, the fits, the selectors) is left to the full suite, which runs on
+# the newest releases.
+#
+#   bash scripts/check_min_versions.sh            install into a temporary folder, test, remove it
+#   bash scripts/check_min_versions.sh install DIR   only build the venv in DIR (.ci/run does this while the suite runs)
+#   bash scripts/check_min_versions.sh test DIR      only test with the venv DIR holds
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/lover-min.XXXX")"
-trap 'rm -rf "$work"' EXIT
-python3 -m venv "$work/venv"
-"$work/venv/bin/pip" install -q torch==2.13.0
-"$work/venv/bin/pip" install -q -c "$repo/ci/min-versions.txt" -e "$repo[test]"
-"$work/venv/bin/pip" check
-"$work/venv/bin/pip" list 2>/dev/null | grep -i -E "^(torch|lm.eval|transformers|accelerate|datasets|safetensors|numpy|gguf|tqdm) "
-cd "$repo"
-# Its own cache: a model folder converted by a newer transformers is not readable by an older one.
-# Two of the subset's slowest cases are left to the full suite (newest releases): sampling through continuous batching
-# on the real SmolLM2 (the cot case of the same test runs here) and beam features (the beam decoding tests run here).
-LOVER_CACHE_DIR="$work/cache" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_decoding.py \
-  tests/test_features.py tests/test_pipeline.py tests/test_bank.py tests/test_model.py tests/test_bad_input.py \
-  --deselect "tests/test_decoding.py::test_continuous_batching_gives_the_branches_of_each_question_decoded_alone[sample-kw1]" \
-  --deselect "tests/test_features.py::test_features_equal_full_reencode_for_padded_batched_branches[beam-None]"
+phase="${1:-all}"
+work="${2:-}"
+if [ -z "$work" ]; then
+  work="$(mktemp -d "${TMPDIR:-/tmp}/lover-min.XXXX")"
+  trap 'rm -rf "$work"' EXIT
+fi
+
+install() {
+  python3 -m venv "$work/venv"
+  "$work/venv/bin/pip" install -q torch==2.13.0
+  "$work/venv/bin/pip" install -q -c "$repo/ci/min-versions.txt" -e "$repo[test]"
+  "$work/venv/bin/pip" check
+}
+
+run_tests() {
+  "$work/venv/bin/pip" list 2>/dev/null | grep -i -E "^(torch|lm.eval|transformers|accelerate|datasets|safetensors|numpy|gguf|tqdm) "
+  cd "$repo"
+  # Its own cache: a model folder converted by a newer transformers is not readable by an older one.
+  # Two of the subset's slowest cases are left to the full suite (newest releases): sampling through continuous
+  # batching on the real SmolLM2 (the cot case of the same test runs here) and beam features (the beam decoding tests
+  # run here).
+  LOVER_CACHE_DIR="$work/cache" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 tests/test_decoding.py \
+    tests/test_features.py tests/test_pipeline.py tests/test_model.py tests/test_bad_input.py \
+    --deselect "tests/test_decoding.py::test_continuous_batching_gives_the_branches_of_each_question_decoded_alone[sample-kw1]" \
+    --deselect "tests/test_features.py::test_features_equal_full_reencode_for_padded_batched_branches[beam-None]"
+}
+
+case "$phase" in
+  install) install ;;
+  test) run_tests ;;
+  all) install && run_tests ;;
+  *) echo "check_min_versions: unknown phase '$phase' (install, test or all)" >&2; exit 2 ;;
+esac

@@ -1,28 +1,41 @@
 #!/usr/bin/env bash
-# The wheel as a user gets it (issue Wheel): build it from this checkout, install it with the pinned CPU torch into
-# a fresh venv outside the checkout, and from an empty folder run `lm_eval --model lover_hf --tasks lover_gsm8k
-# --limit 2` and a `simple_evaluate` call (embedded model, LOVER_DATA_DIR data), asserting the lover metric rows.
-# Called by .ci/run after the test suite.
+# The wheel as a user gets it: build it from this checkout, install it with the pinned CPU torch into a fresh venv
+# outside the checkout, and from an empty folder run `lm_eval --model lover_hf --tasks lover_gsm8k --limit 2` and a
+# `simple_evaluate` call (embedded model, LOVER_DATA_DIR data), asserting the lover metric rows.
+#
+#   bash scripts/check_wheel.sh              build and install into a temporary folder, check, remove it
+#   bash scripts/check_wheel.sh install DIR  only build the wheel and its venv in DIR (.ci/run: while the suite runs)
+#   bash scripts/check_wheel.sh test DIR     only run the checks with the venv DIR holds
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/lover-wheel.XXXX")"
-trap 'rm -rf "$work"' EXIT
-"$repo/.venv/bin/python" -m pip wheel -q --no-deps -w "$work/dist" "$repo"  # setup.sh made .venv
-wheel="$(ls "$work"/dist/lover_lmeval-*.whl)"
-"$repo/.venv/bin/python" -m zipfile -l "$wheel" > "$work/contents.txt"
-grep -q "lover_lmeval/task_configs/lover_gsm8k.yaml" "$work/contents.txt" \
-  || { echo "check_wheel: the wheel carries no task YAMLs" >&2; exit 1; }
-python3 -m venv "$work/venv"
-"$work/venv/bin/pip" install -q torch==2.13.0
-"$work/venv/bin/pip" install -q "$wheel"
-"$work/venv/bin/pip" check
-mkdir "$work/empty" && cd "$work/empty"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-: "${LOVER_DATA_DIR:?set LOVER_DATA_DIR to the offline data (e.g. ../shared/data)}"
-"$work/venv/bin/lm_eval" --model lover_hf --model_args n_branches=2 --gen_kwargs max_gen_toks=16 \
-  --tasks lover_gsm8k --limit 2 --output_path out 2>&1 | tee "$work/cli.log" | tail -n 15
-grep -q "lover_sum" "$work/cli.log" || { echo "check_wheel: lm_eval printed no lover_sum row" >&2; exit 1; }
-"$work/venv/bin/python" - <<'PY'
+phase="${1:-all}"
+work="${2:-}"
+if [ -z "$work" ]; then
+  work="$(mktemp -d "${TMPDIR:-/tmp}/lover-wheel.XXXX")"
+  trap 'rm -rf "$work"' EXIT
+fi
+
+install() {
+  "$repo/.venv/bin/python" -m pip wheel -q --no-deps -w "$work/dist" "$repo"  # setup.sh made .venv
+  wheel="$(ls "$work"/dist/lover_lmeval-*.whl)"
+  "$repo/.venv/bin/python" -m zipfile -l "$wheel" > "$work/contents.txt"
+  grep -q "lover_lmeval/task_configs/lover_gsm8k.yaml" "$work/contents.txt" \
+    || { echo "check_wheel: the wheel carries no task YAMLs" >&2; exit 1; }
+  python3 -m venv "$work/venv"
+  "$work/venv/bin/pip" install -q torch==2.13.0
+  "$work/venv/bin/pip" install -q "$wheel"
+  "$work/venv/bin/pip" check
+}
+
+run_checks() {
+  wheel="$(ls "$work"/dist/lover_lmeval-*.whl)"
+  rm -rf "$work/empty" && mkdir "$work/empty" && cd "$work/empty"
+  export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+  : "${LOVER_DATA_DIR:?set LOVER_DATA_DIR to the offline data (e.g. ../shared/data)}"
+  "$work/venv/bin/lm_eval" --model lover_hf --model_args n_branches=2 --gen_kwargs max_gen_toks=16 \
+    --tasks lover_gsm8k --limit 2 --output_path out 2>&1 | tee "$work/cli.log" | tail -n 15
+  grep -q "lover_sum" "$work/cli.log" || { echo "check_wheel: lm_eval printed no lover_sum row" >&2; exit 1; }
+  "$work/venv/bin/python" - <<'PY'
 from lm_eval import simple_evaluate
 
 results = simple_evaluate(model="lover_hf", model_args="n_branches=2", tasks=["lover_gsm8k"], limit=2,
@@ -31,4 +44,12 @@ rows = {key.split(",")[1] for key in results if key.startswith("exact_match,")}
 assert {"greedy", "majority", "cot_sum", "lover_max", "lover_sum"} <= rows, rows
 print("check_wheel: simple_evaluate rows", sorted(rows))
 PY
-echo "check_wheel: ok ($(basename "$wheel"))"
+  echo "check_wheel: ok ($(basename "$wheel"))"
+}
+
+case "$phase" in
+  install) install ;;
+  test) run_checks ;;
+  all) install && run_checks ;;
+  *) echo "check_wheel: unknown phase '$phase' (install, test or all)" >&2; exit 2 ;;
+esac
