@@ -29,7 +29,7 @@ from lm_eval.utils import simple_parse_args_string
 
 from ..core.decode.features import check_layer
 from ..core.files import write_text
-from ..core.select.answers import get_extractor, n_answer_groups, stated_answer
+from ..core.select.answers import get_extractor, n_answer_groups, stated_answers
 from ..core.stats import bootstrap_interval, interval_rng, paired_bootstrap
 from ..core.verify.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from ..core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CONSTANT_ANSWER_SHARE, batch_results, store_scores,
@@ -180,8 +180,8 @@ def compare_task(run: Comparison, task: str) -> TaskOutcome:
     paired = {base: paired_bootstrap(table[run.lover_sum], table[base], run.settings.n_boot,
                                    run.rng(task, run.lover_sum, base))
               for base in ("majority", "cot_sum") if base in table and run.lover_sum in table}
-    distinct = float(np.mean([n_answer_groups([a.value if (a := stated_answer(extract, b)) else None
-                                               for b in r.branches]) for r in results]))
+    distinct = float(np.mean([n_answer_groups([a.value if a else None for a in stated_answers(extract, r.branches)])
+                              for r in results]))
     # on the model's device; the curve's last point reuses the test-time fit where its inputs are the same
     curve = accuracy_vs_n(results, gold, extract, extract_name, run.lm.pipeline.config.fit, run.lm.model.device)
     unparsed, without = unparsed_counts(results, extract_name)
