@@ -217,3 +217,19 @@ def test_math_verify_runs_off_the_main_thread_here_but_not_in_process():
     runner.join(timeout=60)
     assert "threaded environment" in str(found["in_process"])
     assert found["worker"] == Answer(r"\frac{7}{9}", 7, 18)
+
+
+def test_lover_view_marks_the_gold_group_by_equivalence():
+    """`lover view`'s question: the branches' answers in their groups' representatives, and the gold \\frac{1}{2}
+    shown as the group "0.5" the page marks right (its script compares strings)."""
+    import numpy as np
+
+    from lover_lmeval.apps.view_page import TaskInput, question_data
+
+    texts = [b.text for b in MATH_BRANCHES]
+    task = TaskInput(name="t", extract="math", metric="lover_match", doc_ids=[0], table={"majority": np.array([1.0])},
+                     gold=[r"\frac{1}{2}"], picks={"majority": ["0.5"]}, prompts=["p"], texts=[texts],
+                     finish=[["eos"] * len(texts)], scores=[{}], reported={}, fit=None, branches=[None])
+    question = question_data(task, 0, extract_math, ["majority"], [], [])
+    assert [branch[1] for branch in question["b"]] == ["1/3", "0.5", "0.5", None, "0.5", "1/3"]
+    assert question["g"] == "0.5" and question["gr"] == [("1/3", [0, 5]), ("0.5", [1, 2, 4])]

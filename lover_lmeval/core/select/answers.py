@@ -8,7 +8,12 @@ confidence of that span).
 
 All extractors follow the same rule: an explicit final-answer marker ("The answer is ...", "Answer: ...",
 ``\\boxed{...}``, ...) wins, the last one in the text if there are several; only when no marker carries a
-well-formed answer do they fall back to the last plausible answer anywhere in the text.
+well-formed answer do they fall back to the last plausible answer anywhere in the text (all but `math`, whose
+instruction asks for a box).
+
+An extractor whose answers have no normal form (`math`, math_answers.py) registers an `Equivalence`; every reader of a
+question's answers takes them through `stated_answers`, which gives each its group's representative, and compares
+with a gold answer through `matches_gold`. For the others (`EXACT`) both are the plain values and `==`.
 """
 
 from __future__ import annotations
