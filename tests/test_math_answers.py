@@ -120,6 +120,14 @@ def test_a_non_transitive_equivalence_groups_by_connected_components():
         assert grouped_values(list(order), near) == ["5" if v == "5" else "1" for v in order]
 
 
+def test_math_verify_is_not_transitive_and_the_groups_close_over_it():
+    """math-verify: "x = 2" ~ "2" (an assignment's value) and "2" ~ "y = 2", but "x = 2" !~ "y = 2" (another variable).
+    One group in every order of the three, represented by its shortest value, "2"."""
+    assert MATH.same("x = 2", "2") and MATH.same("2", "y = 2") and not MATH.same("x = 2", "y = 2")
+    for order in itertools.permutations(["x = 2", "y = 2", "2"]):
+        assert grouped_values(list(order), MATH) == ["2", "2", "2"]
+
+
 def _branches(*texts: str) -> list[Branch]:
     return [Branch(text, [], [], [], "eos") for text in texts]
 
