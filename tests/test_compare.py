@@ -92,9 +92,11 @@ def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
     references = report["tasks"]["lover_gsm8k"]["references"]
     assert list(references) == ["avg@3", "pass@1", "pass@2", "pass@3", "maj@1", "maj@2", "maj@3"]
     assert not set(references) & set(rows) and not set(references) & set(per_question[0])
-    assert references["maj@3"]["acc"] == rows["majority"]["acc"] and references["pass@3"]["acc"] == rows["pass_at_n"]["acc"]
+    assert references["maj@3"]["acc"] == rows["majority"]["acc"]
+    assert references["pass@3"]["acc"] == rows["pass_at_n"]["acc"]
     assert abs(references["avg@3"]["acc"] - diagnostics["lover"]["branch_accuracy"]) < 1e-12
-    assert all(cell["n"] == 3 and 0.0 <= cell["low"] <= cell["acc"] <= cell["high"] <= 1.0 for cell in references.values())
+    assert all(cell["n"] == 3 and 0.0 <= cell["low"] <= cell["acc"] <= cell["high"] <= 1.0
+               for cell in references.values())
     assert "| reference | lover_gsm8k |" in (tmp_path / "leaderboard.md").read_text()
 
 

@@ -1,14 +1,14 @@
 """`lover compare` as a recipe: a leaderboard of selection strategies, with bootstrap intervals, from lm-eval runs.
 
 Each task is evaluated once through lm-eval's `simple_evaluate` (`--model lover_hf`, so the numbers are
-lm-eval's own, per filter, of the metric the task declares: `exact_match`, or `lover_match` for a user's own task;
-a task with neither is refused before the model loads). Rows that the task YAML does not carry are derived from the
-same in-process results: the sampling references avg@N, pass@k and maj@k (core/select/references.py; they read the
-gold answer, so they are reported apart from the rows, under "references"), the supervised ceiling (when `supervised_verifier=` is given), the number of
-distinct answers per question, accuracy as a function of N (the first n branches, verifier refit
-label-free on them), a cross-fitted supervised ceiling (`supervised_cv_*`), verifier diagnostics (AUROC,
-calibration, group statistics; diagnostics.py) and, with `--layers`, a label-free layer sweep. Writes
-`leaderboard.md`, `leaderboard.json`, `per_question.jsonl` (every strategy's 0/1 outcome per task and doc_id),
+lm-eval's own, per filter, of the metric the task declares: `exact_match`, or `lover_match` for a user's own task; a
+task with neither is refused before the model loads). Rows that the task YAML does not carry are derived from the same
+in-process results: the sampling references avg@N, pass@k and maj@k (core/select/references.py; they read the gold
+answer, so they are reported apart from the rows, under "references"), the supervised ceiling (when
+`supervised_verifier=` is given), the number of distinct answers per question, accuracy as a function of N (the first
+n branches, verifier refit label-free on them), a cross-fitted supervised ceiling (`supervised_cv_*`), verifier
+diagnostics (AUROC, calibration, group statistics; diagnostics.py) and, with `--layers`, a label-free layer sweep.
+Writes `leaderboard.md`, `leaderboard.json`, `per_question.jsonl` (every strategy's 0/1 outcome per task and doc_id),
 `branches.jsonl`, `accuracy_vs_n.png` (and `accuracy_vs_layer.png`).
 
 The steps: `setup` (every task checked, then the model and the extra verifiers, once), `compare_task` (one task

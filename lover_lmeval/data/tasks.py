@@ -198,8 +198,8 @@ def load_math500(**_):
     fields = ("problem", "solution", "answer", "subject", "level", "unique_id")
     shots = [(e["question"], *fewshot.math_solution(e["solution"])) for e in fewshot.MINERVA_EXEMPLARS]
     return _dataset_dict({
-        "test": [{"question": r["problem"], **{k: r[k] for k in fields}, "target": normalise_target(r["answer"], "math")}
-                 for r in rows],
+        "test": [{"question": r["problem"], **{k: r[k] for k in fields},
+                  "target": normalise_target(r["answer"], "math")} for r in rows],
         "fewshot": [_exemplar(question, solution, normalise_target(answer, "math"))
                     for question, solution, answer in shots]})
 

@@ -289,12 +289,13 @@ def grouped_values(values: list[str | None], equivalence: Equivalence = EXACT) -
     """The one per-question grouping step: each value replaced by its answer group's representative (None stays None).
 
     EXACT: the values themselves (equal strings are one answer). Otherwise the groups are the connected components of
-    `equivalence.same` over the question's distinct values: a ~ b and b ~ c put all three in one group even where
-    a !~ c (math-verify's equivalence is not transitive: "x = 2" ~ "2" ~ "y = 2", but "x = 2" !~ "y = 2"), rather than
-    letting the order the branches came in decide which of a and c joins b. A component depends on the set of distinct values alone, so the groups are the same whatever the order
-    of the branches; its representative, the value every member takes, is its shortest value, then the first in
-    code-point order (`{"\\frac{1}{2}", "0.5", "\\dfrac12"}` -> "0.5"). Cost: one `same` call per pair of distinct
-    values not already joined, at most d (d - 1) / 2 for d distinct values."""
+    `equivalence.same` over the question's distinct values: a ~ b and b ~ c put all three in one group even where a !~ c
+    (math-verify's equivalence is not transitive: "x = 2" ~ "2" ~ "y = 2", but "x = 2" !~ "y = 2"), rather than letting
+    the order the branches came in decide which of a and c joins b. A component depends on the set of distinct values
+    alone, so the groups are the same whatever the order of the branches; its representative, the value every member
+    takes, is its shortest value, then the first in code-point order (`{"\\frac{1}{2}", "0.5", "\\dfrac12"}` -> "0.5").
+    Cost: one `same` call per pair of distinct values not already joined, at most d (d - 1) / 2 for d distinct
+    values."""
     if equivalence is EXACT:
         return list(values)
     distinct = tuple(sorted({v for v in values if v is not None}, key=_canonical))

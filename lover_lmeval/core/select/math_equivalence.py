@@ -89,8 +89,8 @@ class MathWorker:
             if self._line(time.monotonic() + self.start_timeout_s) != "ready":
                 self._stop()
                 raise RuntimeError(f"math-verify's worker process ({WORKER}) did not start within "
-                                   f"{self.start_timeout_s:.0f} s; check that `{sys.executable} -c 'import math_verify'`"
-                                   " works")
+                                   f"{self.start_timeout_s:.0f} s; check that "
+                                   f"`{sys.executable} -c 'import math_verify'` works")
         return self.process
 
     def _line(self, deadline: float) -> str | None:

@@ -1,9 +1,9 @@
 """Selection: pick one answer per question from its N branches, by a named strategy.
 
 Each branch's final answer (and its character span) comes from an extractor (answers.py); branches with
-equal answers form a group (`answers.answer_groups`), equal after `answers.stated_answers` gave each answer its group's
-representative (an extractor's equivalence: math-verify's for `math`); each candidate group gets a score and the best group's
-answer is returned. Strategies (score of a branch -> score of a group):
+equal answers form a group (`answers.answer_groups`), equal once `answers.stated_answers` gave each answer its group's
+representative (by the extractor's equivalence: math-verify's for `math`); each candidate group gets a score and the
+best group's answer is returned. Strategies (score of a branch -> score of a group):
 
 - greedy: branch 0's answer (CoT-decoding's branch 0 is the plain greedy decode), read as lm-eval's greedy is.
 - majority: number of branches in the group.
