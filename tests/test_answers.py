@@ -277,7 +277,7 @@ def test_true_false_none(text):
 
 
 def test_registry():
-    assert set(EXTRACTORS) == {"number", "choice", "yes_no", "true_false"}
+    assert set(EXTRACTORS) == {"number", "choice", "yes_no", "true_false", "math"}  # math: tests/test_math_answers.py
     assert get_extractor("number") is extract_number
     assert get_extractor("yes_no")("So the answer is Yes.") == Answer("yes", 17, 20)
 

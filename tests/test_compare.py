@@ -87,6 +87,17 @@ def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
     assert [(b["doc_id"], b["branch"]) for b in branches] == [(q, k) for q in range(3) for k in range(3)]
     assert all(0.0 <= b[name] <= 1.0 for b in branches for name in ("lover", "trained", "supervised_cv"))
     assert np.mean([b["right"] for b in branches]) == diagnostics["lover"]["branch_accuracy"]
+    # the sampling references, apart from the rows (they read the gold answer): maj@N is majority, pass@N pass_at_n,
+    # avg@N the branches' mean accuracy; in a table of their own
+    references = report["tasks"]["lover_gsm8k"]["references"]
+    assert list(references) == ["avg@3", "pass@1", "pass@2", "pass@3", "maj@1", "maj@2", "maj@3"]
+    assert not set(references) & set(rows) and not set(references) & set(per_question[0])
+    assert references["maj@3"]["acc"] == rows["majority"]["acc"]
+    assert references["pass@3"]["acc"] == rows["pass_at_n"]["acc"]
+    assert abs(references["avg@3"]["acc"] - diagnostics["lover"]["branch_accuracy"]) < 1e-12
+    assert all(cell["n"] == 3 and 0.0 <= cell["low"] <= cell["acc"] <= cell["high"] <= 1.0
+               for cell in references.values())
+    assert "| reference | lover_gsm8k |" in (tmp_path / "leaderboard.md").read_text()
 
 
 def test_paired_rows_compares_saved_outcomes_on_shared_questions(tmp_path, capsys):
@@ -141,6 +152,7 @@ def test_the_leaderboard_says_where_a_row_answers_one_way():
                            "lover_sum": {**row, "top_pick_share": 1.0, "answered": 25, "one_answer": True}},
                   "distinct_answers": 2.0, "paired": {}}}}
     text = render_markdown(report)
+    assert "References" not in text  # a report without the sampling references (older leaderboard.json) has no table
     assert "| lover_sum | 0.580 [0.400, 0.760] n=25, one answer 100% |" in text
     assert "| majority | 0.580 [0.400, 0.760] n=25 |" in text
     assert "(≥ 95%, of ≥ 20 answered questions)" in text

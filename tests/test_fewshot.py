@@ -20,7 +20,8 @@ from tests.test_tasks import DATA, EXPECTED, _task_manager
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 # exemplars each family holds: K > this is refused with the count (test_more_shots_than_exemplars_...)
-POOL = {"lover_gsm8k": 8, "lover_igsm": 8, "lover_bbh": 3, "lover_mmlu_pro": 3, "lover_hotpotqa_yesno": 4}
+POOL = {"lover_gsm8k": 8, "lover_igsm": 8, "lover_bbh": 3, "lover_mmlu_pro": 3, "lover_hotpotqa_yesno": 4,
+        "lover_math500": 4}
 _NUMBER = r"-?\d+(?:\.\d+)?"
 
 
@@ -31,12 +32,15 @@ def _pool_size(name: str) -> int:
 def answer_sentence(instruction: str) -> re.Pattern:
     """The sentence an exemplar must end with, read off the instruction line itself: its quoted alternatives
     ('finish with "The answer is Yes" or "The answer is No"'), a letter in parentheses ('"The answer is (X)" where X
-    is the letter'), or a number ('"The answer is" followed by the final number'); then a period."""
+    is the letter'), a boxed LaTeX answer ('"The answer is $\\boxed{ANSWER}$" where ANSWER is the final answer'), or a
+    number ('"The answer is" followed by the final number'); then a period."""
     quoted = re.findall(r'"(The answer is[^"]*)"', instruction)
     if len(quoted) > 1:
         body = "|".join(map(re.escape, quoted))
     elif quoted == ["The answer is (X)"]:
         body = r"The answer is \([A-J]\)"
+    elif quoted == ["The answer is $\\boxed{ANSWER}$"]:
+        body = r"The answer is \$\\boxed\{.+\}\$"
     else:
         assert quoted == ["The answer is"] and "followed by the final number" in instruction, instruction
         body = rf"The answer is {_NUMBER}"
@@ -58,7 +62,7 @@ def tasks():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOVER_DATA_DIR", str(DATA))
         leaves = _task_manager().load(["lover_gsm8k", "lover_hotpotqa_yesno", "lover_igsm", "lover_mmlu_pro",
-                                       "lover_bbh"])["tasks"]
+                                       "lover_bbh", "lover_math500"])["tasks"]
     assert set(leaves) == set(EXPECTED)
     return leaves
 

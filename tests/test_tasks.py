@@ -34,6 +34,7 @@ EXPECTED = {
     **{f"lover_igsm_op{op}": ({"train": 1500, "test": 100}, "number") for op in (2, 4, 8, 16)},
     **{f"lover_mmlu_pro_{c}": ({"train": 12032 - 2807, "test": n}, "choice") for c, n in MMLU_PRO_TEST.items()},
     **{f"lover_bbh_{name}": ({"test": n}, lover_tasks.BBH_TASKS[name]) for name, n in BBH_TEST.items()},
+    "lover_math500": ({"test": 500}, "math"),
 }
 SPLIT_ATTRS = {"train": "training", "validation": "validation", "test": "test"}
 
@@ -49,7 +50,7 @@ def loaded():
     """(leaf task name -> Task, group name -> child names) for every lover task, built once."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOVER_DATA_DIR", str(DATA))
-        loaded = _task_manager().load(["lover_gsm8k", "lover_hotpotqa_yesno", *GROUPS])
+        loaded = _task_manager().load(["lover_gsm8k", "lover_hotpotqa_yesno", "lover_math500", *GROUPS])
     return loaded["tasks"], {name: list(children) for name, children in loaded["group_map"].items()}
 
 
@@ -120,7 +121,7 @@ def test_generation_kwargs_keep_stop_sequences(loaded, name):
     kwargs = loaded[0][name].config.generation_kwargs
     base = yaml.safe_load((TASK_DIR / "_lover_base.yaml").read_text())["generation_kwargs"]
     assert kwargs["until"] == base["until"] and kwargs["do_sample"] is False
-    budget = {"lover_igsm": 1024, "lover_mmlu_pro": 1024, "lover_bbh": 512}
+    budget = {"lover_igsm": 1024, "lover_mmlu_pro": 1024, "lover_bbh": 512, "lover_math500": 1024}
     expected = next((v for prefix, v in budget.items() if name.startswith(prefix)), base["max_gen_toks"])
     assert kwargs["max_gen_toks"] == expected
 
@@ -171,7 +172,7 @@ def test_unlabeled_hotpotqa_train_and_mmlu_pro_split(loaded):
 
 
 @pytest.mark.parametrize("name", ["lover_gsm8k", "lover_hotpotqa_yesno", "lover_mmlu_pro_history",
-                                  "lover_bbh_navigate"])
+                                  "lover_bbh_navigate", "lover_math500"])
 @pytest.mark.parametrize("folder", ["empty", "missing"])
 def test_data_dir_without_files_names_the_variable(tmp_path, monkeypatch, name, folder):
     monkeypatch.setenv("LOVER_DATA_DIR", str(tmp_path if folder == "empty" else tmp_path / "nowhere"))

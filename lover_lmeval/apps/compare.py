@@ -1,13 +1,14 @@
 """`lover compare` as a recipe: a leaderboard of selection strategies, with bootstrap intervals, from lm-eval runs.
 
 Each task is evaluated once through lm-eval's `simple_evaluate` (`--model lover_hf`, so the numbers are
-lm-eval's own, per filter, of the metric the task declares: `exact_match`, or `lover_match` for a user's own task;
-a task with neither is refused before the model loads). Rows that the task YAML does not carry are derived from the
-same in-process results: the supervised ceiling (when `supervised_verifier=` is given), the number of
-distinct answers per question, accuracy as a function of N (the first n branches, verifier refit
-label-free on them), a cross-fitted supervised ceiling (`supervised_cv_*`), verifier diagnostics (AUROC,
-calibration, group statistics; diagnostics.py) and, with `--layers`, a label-free layer sweep. Writes
-`leaderboard.md`, `leaderboard.json`, `per_question.jsonl` (every strategy's 0/1 outcome per task and doc_id),
+lm-eval's own, per filter, of the metric the task declares: `exact_match`, or `lover_match` for a user's own task; a
+task with neither is refused before the model loads). Rows that the task YAML does not carry are derived from the same
+in-process results: the sampling references avg@N, pass@k and maj@k (core/select/references.py; they read the gold
+answer, so they are reported apart from the rows, under "references"), the supervised ceiling (when
+`supervised_verifier=` is given), the number of distinct answers per question, accuracy as a function of N (the first
+n branches, verifier refit label-free on them), a cross-fitted supervised ceiling (`supervised_cv_*`), verifier
+diagnostics (AUROC, calibration, group statistics; diagnostics.py) and, with `--layers`, a label-free layer sweep.
+Writes `leaderboard.md`, `leaderboard.json`, `per_question.jsonl` (every strategy's 0/1 outcome per task and doc_id),
 `branches.jsonl`, `accuracy_vs_n.png` (and `accuracy_vs_layer.png`).
 
 The steps: `setup` (every task checked, then the model and the extra verifiers, once), `compare_task` (one task
@@ -29,7 +30,8 @@ from lm_eval.utils import simple_parse_args_string
 
 from ..core.decode.features import check_layer
 from ..core.files import write_text
-from ..core.select.answers import get_extractor, n_answer_groups, stated_answer
+from ..core.select.answers import get_extractor, n_answer_groups, stated_answers
+from ..core.select.references import reference_rows
 from ..core.stats import bootstrap_interval, interval_rng, paired_bootstrap
 from ..core.verify.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from ..core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CONSTANT_ANSWER_SHARE, batch_results, store_scores,
@@ -177,15 +179,16 @@ def compare_task(run: Comparison, task: str) -> TaskOutcome:
     table.update(more_rows)
     branches = [json.dumps(r) for r in branch_records(task, doc_ids, results, gold, extract, scored)]
     rows = interval_rows(run, task, table, shares)
+    references = interval_rows(run, task, reference_rows(results, gold, extract), {})
     paired = {base: paired_bootstrap(table[run.lover_sum], table[base], run.settings.n_boot,
                                    run.rng(task, run.lover_sum, base))
               for base in ("majority", "cot_sum") if base in table and run.lover_sum in table}
-    distinct = float(np.mean([n_answer_groups([a.value if (a := stated_answer(extract, b)) else None
-                                               for b in r.branches]) for r in results]))
+    distinct = float(np.mean([n_answer_groups([a.value if a else None for a in stated_answers(extract, r.branches)])
+                              for r in results]))
     # on the model's device; the curve's last point reuses the test-time fit where its inputs are the same
     curve = accuracy_vs_n(results, gold, extract, extract_name, run.lm.pipeline.config.fit, run.lm.model.device)
     unparsed, without = unparsed_counts(results, extract_name)
-    report = {"extract": extract_name, "metric": metric, "rows": rows, "paired": paired,
+    report = {"extract": extract_name, "metric": metric, "rows": rows, "references": references, "paired": paired,
               "distinct_answers": distinct, "unparsed_branches": unparsed, "questions_without_answer": without,
               "accuracy_vs_n": curve, "diagnostics": diagnostics, "fit_checks": fit_checks(run, task)}
     sweep = None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..core.select.answers import answer_members, span_confidence, stated_answer
+from ..core.select.answers import answer_members, matches_gold, span_confidence, stated_answers
 from ..core.decode.features import features_from_tokens
 from ..core.results import LoverResult
 from ..core.verify.scoring import (answer_ids, batch_results, constant_answer, fit_on_results, gold_labels,
@@ -44,14 +44,15 @@ from ..core.verify.verifier import fit
 from ..core.verify.verifier_config import VerifierConfig
 
 
-def answer_right(answer, gold: str) -> bool:
-    """Whether an extracted answer (an `answers.Answer`, or None when nothing was extracted) equals the gold one."""
-    return answer is not None and answer.value == gold
+def answer_right(answer, gold: str, extract=None) -> bool:
+    """Whether an extracted answer (an `answers.Answer`, or None when nothing was extracted) is the gold one: equal, or
+    by `extract`'s equivalence (`answers.matches_gold`)."""
+    return answer is not None and matches_gold(extract, answer.value, gold)
 
 
 def branch_correct(result, extract, gold: str) -> np.ndarray:
-    """(N,) whether each branch's extracted answer equals the gold answer."""
-    return np.array([answer_right(stated_answer(extract, b), gold) for b in result.branches])
+    """(N,) whether each branch's stated answer is the gold answer."""
+    return np.array([answer_right(answer, gold, extract) for answer in stated_answers(extract, result.branches)])
 
 
 def branch_records(task: str, doc_ids: list[int], results: list, gold: list[str], extract,
@@ -61,11 +62,11 @@ def branch_records(task: str, doc_ids: list[int], results: list, gold: list[str]
     records = []
     for q, (doc_id, result, target) in enumerate(zip(doc_ids, results, gold)):
         scores = {name: rows[q].scores(name) for name, rows in scored.items()}
-        for k, branch in enumerate(result.branches):
-            answer = stated_answer(extract, branch)  # once per branch: both the answer and whether it is right
+        # once per branch: both the answer (its group's representative) and whether it is right
+        for k, (branch, answer) in enumerate(zip(result.branches, stated_answers(extract, result.branches))):
             records.append({"task": task, "doc_id": doc_id, "branch": k,
                             "answer": None if answer is None else answer.value,
-                            "right": answer_right(answer, target),
+                            "right": answer_right(answer, target, extract),
                             "finish": branch.finish_reason, "tokens": len(branch.token_ids),
                             "confidence": round(span_confidence(branch.margins, branch.offsets, answer), 5),
                             **{name: round(float(s[k]), 5) for name, s in scores.items()}})
@@ -78,11 +79,12 @@ def diagnose(results: list, gold: list[str], extract, verifier: str = "lover") -
     correct = [branch_correct(r, extract, g) for r, g in zip(results, gold)]
     pooled_s, pooled_c = np.concatenate(scores), np.concatenate(correct)
     per_question = [a for s, c in zip(scores, correct) if (a := auroc(s, c)) is not None]
-    groups = [answer_members([a.value if (a := stated_answer(extract, b)) is not None else None for b in r.branches])
+    groups = [answer_members([a.value if a is not None else None for a in stated_answers(extract, r.branches)])
               for r in results]
-    gold_in = [g in grp for g, grp in zip(gold, groups)]
-    largest = [select(r, "majority", extract) == g for r, g in zip(results, gold)]
-    top_scored = [select(r, "lover_max", extract, verifier=verifier) == g for r, g in zip(results, gold)]
+    gold_in = [any(matches_gold(extract, answer, g) for answer in grp) for g, grp in zip(gold, groups)]
+    largest = [matches_gold(extract, select(r, "majority", extract), g) for r, g in zip(results, gold)]
+    top_scored = [matches_gold(extract, select(r, "lover_max", extract, verifier=verifier), g)
+                  for r, g in zip(results, gold)]
     top = top_pick([select(r, "lover_sum", extract, verifier=verifier) for r in results])
     return {
         "verifier": verifier, "questions": len(results), "branches": int(len(pooled_s)),
@@ -118,8 +120,9 @@ def pick_shares(samples: list[dict]) -> dict[str, dict]:
 
 
 def strategy_correct(results: list, gold: list[str], strategy: str, extract, verifier: str = "lover") -> np.ndarray:
-    """(Q,) 1.0 where `strategy` (selection.py) picks the gold answer."""
-    return np.array([float(select(r, strategy, extract, verifier=verifier) == g) for r, g in zip(results, gold)])
+    """(Q,) 1.0 where `strategy` (selection.py) picks the gold answer (`answers.matches_gold`)."""
+    return np.array([float(matches_gold(extract, select(r, strategy, extract, verifier=verifier), g))
+                     for r, g in zip(results, gold)])
 
 
 #: accuracy_vs_n's curve has a point at every n up to this many branches, then at doubling n (and at N).
@@ -186,7 +189,7 @@ def supervised_fold_fits(results: list, gold: list[str], extract_name: str, fold
     if not 2 <= folds <= len(results):
         raise ValueError(f"folds={folds} must be between 2 and the number of questions ({len(results)}).")
     features, mask, groups, answers = batch_results(results, extract_name)  # (Q, N, 2, D), (Q, N), (Q, N)
-    labels = gold_labels(answers, gold, mask.shape[1])  # (Q, N)
+    labels = gold_labels(answers, gold, mask.shape[1], extract_name)  # (Q, N)
     ids = answer_ids(answers, mask.shape[1])  # (Q, N); only a `balance` term in config's restart choice reads it
     fold_of = np.random.default_rng(seed).permutation(len(results)) % folds
     verifiers = []

@@ -1,5 +1,6 @@
 """`lover compare`'s leaderboard as markdown: the strategy rows (in core/select/rows.py's order) with their intervals,
-the paired differences, the verifier diagnostics and the layer sweep, from the report `compare.compare` writes to
+the sampling references in a table of their own (they read the gold answer: never among the selectors), the paired
+differences, the verifier diagnostics and the layer sweep, from the report `compare.compare` writes to
 leaderboard.json."""
 
 from __future__ import annotations
@@ -29,12 +30,29 @@ def render_markdown(report: dict) -> str:
         lines += ["", f"*one answer N%*: the row gave one answer to N% (≥ {rule['share']:.0%}, of ≥ "
                   f"{rule['min_questions']} answered questions); a gain over majority there can be that answer's share "
                   "of the gold answers, not selection."]
+    lines += render_references(report)
     lines += ["", "Paired bootstrap (same questions), LoVer(sum) minus baseline:", ""]
     for task in tasks:
         for name, stats in report["tasks"][task]["paired"].items():
             lines.append(f"- {task}, lover_sum − {name}: {stats['diff']:+.3f} [{stats['low']:+.3f}, "
                          f"{stats['high']:+.3f}], P(not better) = {stats['p_not_better']:.3f}")
     return "\n".join(lines) + "\n"
+
+
+def render_references(report: dict) -> list[str]:
+    """The references' table (core/select/references.py), rows in the report's order; [] for a report without them."""
+    tasks = [t for t in report["tasks"] if report["tasks"][t].get("references")]
+    if not tasks:
+        return []
+    names = list(dict.fromkeys(name for t in tasks for name in report["tasks"][t]["references"]))
+    lines = ["", "References: what the branches score by themselves, from the gold answer (not selectors): avg@N the "
+             "mean branch accuracy, pass@k a k-subset holding a right branch (unbiased estimator), maj@k majority "
+             "voting over a k-subset (expected over every k-subset, ties as majority breaks them):", "",
+             "| reference | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(_cell(report["tasks"][t]["references"].get(name)) for t in tasks)
+                     + " |")
+    return lines
 
 
 def render_diagnostics(report: dict) -> str:

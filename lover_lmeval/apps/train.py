@@ -161,12 +161,13 @@ def fit_probe(settings: TrainSettings, split: TrainingSplit, training: Decoded, 
 
     losses = "supervised" if settings.supervised else config.losses
     if dev is None:
-        labels = (gold_labels(training.answers, gold_answers(split, training.docs, settings), training.mask.shape[1])
+        labels = (gold_labels(training.answers, gold_answers(split, training.docs, settings), training.mask.shape[1],
+                              split.extract)
                   if settings.supervised else None)
         result = fit(*on_model(training.features, training.mask, training.groups), config,
                      *on_model(labels, training.answer_ids()))
         return Fitted(result, losses, len(training.docs) if settings.supervised else 0, {})
-    dev_labels = gold_labels(dev.answers, gold_answers(split, dev.docs, settings), dev.mask.shape[1])
+    dev_labels = gold_labels(dev.answers, gold_answers(split, dev.docs, settings), dev.mask.shape[1], split.extract)
     if settings.supervised:
         result = fit(*on_model(dev.features, dev.mask, dev.groups), config, *on_model(dev_labels, dev.answer_ids()))
         return Fitted(result, losses, len(dev.docs), {})

@@ -210,14 +210,13 @@ def compare_picks(task) -> None:
     """A compare folder's picks, selected again from the bank's branches with the logged scores (the bank's branches
     checked against the logged answers first), as compare selected them; unknown where the bank had no record, or
     the folder lacks what a row reads (pass_at_n where no branch is right: the folder does not say which answer is)."""
-    from ..core.select.answers import get_extractor, stated_answer
+    from ..core.select.answers import get_extractor, stated_answers
     from ..core.select.selection import select
 
     extract = get_extractor(task.extract)
     task.picks = {row: [None] * len(task.doc_ids) for row in task.table}
     for q, branches in enumerate(task.branches):
-        if branches is None or [a.value if (a := stated_answer(extract, b)) else None
-                                for b in branches] != task.answers[q]:
+        if branches is None or [a.value if a else None for a in stated_answers(extract, branches)] != task.answers[q]:
             task.branches[q] = None
             continue
         task.texts[q] = [b.text for b in branches]

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import __version__
 from ..core.decode.branch import Branch
-from ..core.select.answers import answer_members, get_extractor, span_confidence, stated_answer
+from ..core.select.answers import answer_members, get_extractor, matches_gold, span_confidence, stated_answers
 from ..core.select.rows import ROWS
 from ..core.select.selection import ORACLES, SCORES_READ, pick_group
 from ..core.stats import bootstrap_interval, interval_rng, paired_bootstrap
@@ -190,7 +190,7 @@ def question_data(task: TaskInput, q: int, extract, rows: list[str], scorers: li
         branches, found, values = [Branch("", [], [], [], f) for f in task.finish[q]], [None] * n, task.answers[q]
     else:
         branches = banked or [Branch(t, [], [], [], f) for t, f in zip(task.texts[q], task.finish[q])]
-        found = [stated_answer(extract, b) for b in branches]
+        found = stated_answers(extract, branches)
         values = [a.value if a else None for a in found]
     cot = ([round(span_confidence(b.margins, b.offsets, a), 4) for b, a in zip(branches, found)] if banked
            else task.confidence[q] if task.confidence else [None] * n)
@@ -204,7 +204,10 @@ def question_data(task: TaskInput, q: int, extract, rows: list[str], scorers: li
                     encode_margins(branch.margins) if shaded else "",
                     encode_lengths(token_lengths(branch.text, branch.offsets)) if shaded else "", *span])
     members = answer_members(values)
-    return {"d": task.doc_ids[q], "p": task.prompts[q], "g": task.gold[q],
+    # the page marks a branch right when its answer is "g": the group that is the gold answer by the extractor's
+    # equivalence (math: 0.5 for a gold \frac{1}{2}), else the gold as the run read it
+    gold = next((answer for answer in members if matches_gold(extract, answer, task.gold[q])), task.gold[q])
+    return {"d": task.doc_ids[q], "p": task.prompts[q], "g": gold,
             "o": "".join("-" if np.isnan(v) else str(int(v)) for v in (task.table[r][q] for r in rows)),
             "k": [task.picks[r][q] if r in task.picks else None for r in rows], "gr": list(members.items()),
             "b": out, "m": pick_margins(task, q, members, values, cot, sortable)}

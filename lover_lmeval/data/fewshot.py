@@ -16,6 +16,8 @@ Where each family's exemplars come from (never from the split a task is evaluate
   otherwise MMLU_PRO_EXEMPLARS, written for this project in categories that are not test categories.
 - HotpotQA yes/no: HOTPOTQA_EXEMPLARS, written for this project. The offline data has no labelled question
   outside the test split and no supporting facts (its training split is unlabeled).
+- MATH-500: MINERVA_EXEMPLARS, the four worked MATH training solutions of Lewkowycz et al. that lm-eval's minerva_math
+  uses, each closing "The answer is $\\boxed{X}$." (`math_solution`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ _CALCULATOR = re.compile(r"<<[^<>]*>>")
 _BBH_EXEMPLAR = re.compile(r"Q: (?P<question>.*?)\nA: Let's think step by step\.\n(?P<reasoning>.*?)"
                            r"So the answer is (?P<answer>[^\n]*?)\.\s*(?=\nQ: |$)", re.S)
 _FINAL_CHOICE = re.compile(r"\s*The answer is \(?[A-J]\)?\.?\s*$")
+_MINERVA_FINAL = re.compile(r"\nFinal Answer: The final answer is \$(?P<answer>.+)\$\. I hope it is correct\.\s*$",
+                            re.S)
 
 
 def gsm8k_solution(answer: str, target: str) -> str:
@@ -64,6 +68,15 @@ def mmlu_pro_solution(cot_content: str, letter: str) -> str:
     "A:" and "Let's think step by step." the instruction already gives, ending in "The answer is (<letter>)."."""
     text = cot_content.strip().removeprefix("A:").strip().removeprefix("Let's think step by step.").strip()
     return f"{_FINAL_CHOICE.sub('', text)} The answer is ({letter}).".strip()
+
+
+def math_solution(solution: str) -> tuple[str, str]:
+    """A Minerva exemplar as (solution, answer): its closing line "Final Answer: The final answer is $X$. I hope it is
+    correct." in the instruction's words, "The answer is $\\boxed{X}$.", and X as written."""
+    final = _MINERVA_FINAL.search(solution)
+    if final is None:
+        raise ValueError("a Minerva exemplar must end 'Final Answer: The final answer is $X$. I hope it is correct.'")
+    return f"{solution[:final.start()].rstrip()}\nThe answer is $\\boxed{{{final['answer']}}}$.", final["answer"]
 
 
 # Closed-book yes/no questions in HotpotQA's two styles (comparison, bridge), answered from memory in a few facts;
@@ -102,4 +115,38 @@ MMLU_PRO_EXEMPLARS = (
      "options": ["-2.0", "-1.5", "-1.0", "-0.75", "-0.5", "-0.25", "0.5", "1.0", "2.0", "0"],
      "solution": "The quantity changes by (90 - 100) / 100 = -10%, and the price by (12 - 10) / 10 = +20%. The "
                  "elasticity is the ratio of the two: -10% / 20% = -0.5. The answer is (E).", "answer": "E"},
+)
+
+
+# The four worked MATH solutions of Lewkowycz et al. 2022 (Minerva) as lm-eval's minerva_math ships them
+# (lm_eval/tasks/minerva_math/utils.py, list_fewshot_samples): MATH training problems, none of them in MATH-500; each
+# ends in their line "Final Answer: The final answer is $X$. I hope it is correct." (math_solution rewrites it).
+MINERVA_EXEMPLARS = (
+    {"question": "Find the domain of the expression  $\\frac{\\sqrt{x-2}}{\\sqrt{5-x}}$.",
+     "solution": "The expressions inside each square root must be non-negative. Therefore, $x-2 "
+                 "\\ge 0$, so $x\\ge2$, and $5 - x \\ge 0$, so $x \\le 5$. Also, the denominator "
+                 "cannot be equal to zero, so $5-x>0$, which gives $x<5$. Therefore, the domain "
+                 "of the expression is $\\boxed{[2,5)}$.\nFinal Answer: The final answer is "
+                 "$[2,5)$. I hope it is correct."},
+    {"question": "If $\\det \\mathbf{A} = 2$ and $\\det \\mathbf{B} = 12,$ then find $\\det "
+                 "(\\mathbf{A} \\mathbf{B}).$",
+     "solution": "We have that $\\det (\\mathbf{A} \\mathbf{B}) = (\\det \\mathbf{A})(\\det "
+                 "\\mathbf{B}) = (2)(12) = \\boxed{24}.$\nFinal Answer: The final answer is $24$. "
+                 "I hope it is correct."},
+    {"question": "Terrell usually lifts two 20-pound weights 12 times. If he uses two 15-pound "
+                 "weights instead, how many times must Terrell lift them in order to lift the "
+                 "same total weight?",
+     "solution": "If Terrell lifts two 20-pound weights 12 times, he lifts a total of $2\\cdot "
+                 "12\\cdot20=480$ pounds of weight.  If he lifts two 15-pound weights instead for "
+                 "$n$ times, he will lift a total of $2\\cdot15\\cdot n=30n$ pounds of weight.  "
+                 "Equating this to 480 pounds, we can solve for $n$:\n\\begin{align*}\n"
+                 "30n&=480\\\\\n\\Rightarrow\\qquad n&=480/30=\\boxed{16}\n\\end{align*}\nFinal "
+                 "Answer: The final answer is $16$. I hope it is correct."},
+    {"question": "If the system of equations\n\n\\begin{align*}\n6x-4y&=a,\\\\\n6y-9x &=b.\n"
+                 "\\end{align*}has a solution $(x, y)$ where $x$ and $y$ are both nonzero,\nfind "
+                 "$\\frac{a}{b},$ assuming $b$ is nonzero.",
+     "solution": "If we multiply the first equation by $-\\frac{3}{2}$, we obtain\n\n"
+                 "$$6y-9x=-\\frac{3}{2}a.$$Since we also know that $6y-9x=b$, we have\n\n"
+                 "$$-\\frac{3}{2}a=b\\Rightarrow\\frac{a}{b}=\\boxed{-\\frac{2}{3}}.$$\nFinal "
+                 "Answer: The final answer is $-\\frac{2}{3}$. I hope it is correct."},
 )

@@ -189,6 +189,21 @@ def _mmlu_pro_exemplars(category: str) -> list[dict]:
             for question, options, solution, letter in shots]
 
 
+def load_math500(**_):
+    """MATH-500 (the 500 MATH test problems of Lightman et al. 2023), test split only: no MATH training problem is
+    available offline, and LoVer fits at test time. `question` is the problem, `target` its gold `answer` in the math
+    extractor's form (the LaTeX as written, spaces collapsed); scored by math-verify's equivalence (lover_match).
+    fewshot: fewshot.MINERVA_EXEMPLARS, the four worked MATH training solutions lm-eval's minerva_math uses."""
+    rows = _rows("math500/test.jsonl", "HuggingFaceH4/MATH-500")
+    fields = ("problem", "solution", "answer", "subject", "level", "unique_id")
+    shots = [(e["question"], *fewshot.math_solution(e["solution"])) for e in fewshot.MINERVA_EXEMPLARS]
+    return _dataset_dict({
+        "test": [{"question": r["problem"], **{k: r[k] for k in fields},
+                  "target": normalise_target(r["answer"], "math")} for r in rows],
+        "fewshot": [_exemplar(question, solution, normalise_target(answer, "math"))
+                    for question, solution, answer in shots]})
+
+
 def load_bbh(name: str, **_):
     """A BIG-Bench Hard task (one of BBH_TASKS), test split only: BBH is out-of-distribution evaluation
     for a verifier trained on another task. `question` is the input without a leading "Question: ".

@@ -10,22 +10,27 @@ score 0. `lover_match` normalises the gold side with the same extractor the `lov
         extract: number
         aggregation: mean
         higher_is_better: true
+
+An extractor whose answers have no normal form (`math`: `\\frac{1}{2}` and `0.5` are one answer) compares by its
+equivalence instead, math-verify's for `math`, and its tasks score with `lover_match` (the generated
+`_lover_math.yaml` says so; harness/task_filters.py).
 """
 
 from __future__ import annotations
 
-from ..core.select.answers import get_extractor
+from ..core.select.answers import get_extractor, matches_gold
 from ..data.tasks import normalise_target
 
 
 def lover_match(references: list[str], predictions: list[str], extract: str = "number") -> dict[str, float]:
-    """1.0 when the prediction (a lover_select pick, already in normal form) equals the reference in the normal form
-    of `extract`; a reference the extractor cannot read is compared as stripped text."""
-    get_extractor(extract)  # names the allowed extractors
+    """1.0 when the prediction (a lover_select pick, already in normal form) is the reference in the normal form of
+    `extract`: equal, or by the extractor's equivalence (`math`: math-verify's, `answers.matches_gold`); a reference
+    the extractor cannot read is compared as stripped text."""
+    extractor = get_extractor(extract)  # names the allowed extractors
     gold, pick = str(references[0]), predictions[0]
     pick = pick[0] if isinstance(pick, list) else pick
     try:
         gold = normalise_target(gold, extract)
     except ValueError:
         gold = gold.strip()
-    return {"lover_match": float(str(pick).strip() == gold)}
+    return {"lover_match": float(matches_gold(extractor, str(pick).strip(), gold))}

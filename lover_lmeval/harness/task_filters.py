@@ -2,7 +2,9 @@
 
 lm-eval's YAML cannot compute a `filter_list`, so each registered extractor's base is written out from
 core/select/rows.py's `TASK_ROWS`: one `lover_select` filter per row, the files alike but for `extract`; an oracle
-row also names the doc field that holds the gold answer. `python -m lover_lmeval.harness.task_filters` rewrites
+row also names the doc field that holds the gold answer. An extractor whose answers have no normal form (registered
+with an equivalence: `math`) also sets the tasks' metric, `lover_match` with that extractor, since `exact_match`
+would compare `0.5` with a target `\\frac{1}{2}` as text. `python -m lover_lmeval.harness.task_filters` rewrites
 them; with `--check` it writes nothing and fails while one is out of date (as tests/test_task_filters.py does).
 """
 
@@ -12,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from ..core.files import write_text
-from ..core.select.answers import EXTRACTORS
+from ..core.select.answers import EXACT, EXTRACTORS, equivalence_of
 from ..core.select.rows import TASK_ROWS
 from ..core.select.selection import ORACLES
 from .autoload import TASK_FOLDER
@@ -39,6 +41,10 @@ def render(extract: str) -> str:
                   f"        extract: {extract}"]
         if row in ORACLES:
             lines.append(f"        gold: {GOLD_FIELD}")
+    if equivalence_of(EXTRACTORS[extract]) is not EXACT:
+        lines += ["# No normal form: the pick is scored against the target by the extractor's equivalence.",
+                  "metric_list:", "  - metric: lover_match", f"    extract: {extract}", "    aggregation: mean",
+                  "    higher_is_better: true"]
     return HEADER + "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,8 @@ few-shot sampler."""
 
 from lm_eval.api.samplers import FirstNSampler
 
-from lover_lmeval.data.tasks import load_bbh, load_gsm8k, load_hotpotqa_yesno, load_igsm, load_mmlu_pro  # noqa: F401
+from lover_lmeval.data.tasks import (  # noqa: F401
+    load_bbh, load_gsm8k, load_hotpotqa_yesno, load_igsm, load_math500, load_mmlu_pro)
 
 
 class FixedExemplars(FirstNSampler):

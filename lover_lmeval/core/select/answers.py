@@ -8,11 +8,20 @@ confidence of that span).
 
 All extractors follow the same rule: an explicit final-answer marker ("The answer is ...", "Answer: ...",
 ``\\boxed{...}``, ...) wins, the last one in the text if there are several; only when no marker carries a
-well-formed answer do they fall back to the last plausible answer anywhere in the text.
+well-formed answer do they fall back to the last plausible answer anywhere in the text (all but `math`, whose
+instruction asks for a box).
+
+An extractor whose answers have no normal form (`math`, math_answers.py) registers an `Equivalence`; every reader of a
+question's answers takes them through `stated_answers`, which gives each its group's representative, and compares
+with a gold answer through `matches_gold`. For the others (`EXACT`) both are the plain values and `==`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
+import operator
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,16 +34,41 @@ Extractor = Callable[[str], "Answer | None"]
 EXTRACTORS: dict[str, Extractor] = {}
 
 
-def register_extractor(name: str) -> Callable[[Extractor], Extractor]:
-    """Decorator: make an extractor available as ``extract=name`` (adding one is one decorated function)."""
+@dataclass(frozen=True)
+class Equivalence:
+    """When two answer values are one answer beyond equal strings: what an extractor whose answers have no normal form
+    registers (`math`: `\\frac{1}{2}`, `0.5` and `\\dfrac12` are one answer; math_answers.py). Every other extractor's
+    values are already normal forms, compared as strings: `EXACT`."""
+
+    same: Callable[[str, str], bool]
+    """Symmetric: two branches' values state one answer (`grouped_values` groups by it)."""
+    is_gold: Callable[[str, str], bool]
+    """(value, gold): a stated or picked value is the gold answer (`matches_gold`)."""
+
+
+EXACT = Equivalence(same=operator.eq, is_gold=operator.eq)
+#: extractor -> its equivalence, for the extractors registered with one other than EXACT.
+EQUIVALENCES: dict[Extractor, Equivalence] = {}
+
+
+def register_extractor(name: str, equivalence: Equivalence = EXACT) -> Callable[[Extractor], Extractor]:
+    """Decorator: make an extractor available as ``extract=name`` (adding one is one decorated function), its answers
+    grouped by `equivalence` (EXACT: equal values)."""
 
     def add(extractor: Extractor) -> Extractor:
         if name in EXTRACTORS:
             raise ValueError(f"answer extractor {name!r} is registered twice")
         EXTRACTORS[name] = extractor
+        if equivalence is not EXACT:
+            EQUIVALENCES[extractor] = equivalence
         return extractor
 
     return add
+
+
+def equivalence_of(extract: Extractor) -> Equivalence:
+    """The equivalence `extract` was registered with; EXACT for any other callable (a test's own extractor)."""
+    return EQUIVALENCES.get(extract, EXACT)
 
 
 @dataclass(frozen=True)
@@ -236,6 +270,68 @@ def stated_answer(extract: Extractor, branch) -> Answer | None:
     if answer is not None and not answer.marked and getattr(branch, "finish_reason", None) == "length":
         return None
     return answer
+
+
+def stated_answers(extract: Extractor, branches) -> list[Answer | None]:
+    """Each branch's `stated_answer`, its value replaced by its answer group's representative among the question's
+    branches (`grouped_values`): what every reader of a question's answers takes (the fit's groups, the selectors,
+    `lover compare`, `lover view`), so they all group alike. With an EXACT extractor, the stated answers as they are."""
+    answers = [stated_answer(extract, b) for b in branches]
+    equivalence = equivalence_of(extract)
+    if equivalence is EXACT:
+        return answers
+    values = grouped_values([None if a is None else a.value for a in answers], equivalence)
+    return [a if a is None or a.value == value else dataclasses.replace(a, value=value)
+            for a, value in zip(answers, values)]
+
+
+def grouped_values(values: list[str | None], equivalence: Equivalence = EXACT) -> list[str | None]:
+    """The one per-question grouping step: each value replaced by its answer group's representative (None stays None).
+
+    EXACT: the values themselves (equal strings are one answer). Otherwise the groups are the connected components of
+    `equivalence.same` over the question's distinct values: a ~ b and b ~ c put all three in one group even where a !~ c
+    (math-verify's equivalence is not transitive: "x = 2" ~ "2" ~ "y = 2", but "x = 2" !~ "y = 2"), rather than letting
+    the order the branches came in decide which of a and c joins b. A component depends on the set of distinct values
+    alone, so the groups are the same whatever the order of the branches; its representative, the value every member
+    takes, is its shortest value, then the first in code-point order (`{"\\frac{1}{2}", "0.5", "\\dfrac12"}` -> "0.5").
+    Cost: one `same` call per pair of distinct values not already joined, at most d (d - 1) / 2 for d distinct
+    values."""
+    if equivalence is EXACT:
+        return list(values)
+    distinct = tuple(sorted({v for v in values if v is not None}, key=_canonical))
+    representative = dict(zip(distinct, _representatives(distinct, equivalence)))
+    return [None if v is None else representative[v] for v in values]
+
+
+def _canonical(value: str) -> tuple[int, str]:
+    return len(value), value
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _representatives(distinct: tuple[str, ...], equivalence: Equivalence) -> tuple[str, ...]:
+    """Per value of `distinct` (sorted by `_canonical`), its component's representative: union-find over the pairs."""
+    root = list(range(len(distinct)))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+
+    for i, j in itertools.combinations(range(len(distinct)), 2):
+        a, b = find(i), find(j)
+        if a != b and equivalence.same(distinct[i], distinct[j]):
+            root[max(a, b)] = min(a, b)  # the lower index is the shorter value, then the first in code-point order
+    return tuple(distinct[find(i)] for i in range(len(distinct)))
+
+
+def matches_gold(extract: Extractor, value: str | None, gold: str | None) -> bool:
+    """Whether a stated or picked answer value is the gold answer, as every reader of a gold answer decides it
+    (`lover_match`, `pass_at_n`, `lover compare`'s rows and diagnostics, the sampling references): equal strings, or
+    the extractor's `Equivalence.is_gold` (EXACT: equal strings only)."""
+    if value is None or gold is None:
+        return False
+    return value == gold or equivalence_of(extract).is_gold(value, gold)
 
 
 def span_confidence(margins: list[float], offsets: list[tuple[int, int]], answer: Answer | None) -> float:

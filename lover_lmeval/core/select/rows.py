@@ -1,7 +1,7 @@
 """The rows of the selection table, in display order: the one list a new selector is added to.
 
 Every lover_* task carries one `lover_select` filter per row of `TASK_ROWS` (lm-eval prints one metric row each):
-the four extractor bases `task_configs/_lover_{number,choice,yes_no,true_false}.yaml` are generated from it
+the extractor bases `task_configs/_lover_{number,choice,yes_no,true_false,math}.yaml` are generated from it
 (`python -m lover_lmeval.harness.task_filters`), and `lover compare`'s leaderboard (apps/leaderboard.py) lists
 `ROWS` in this order. A row names a strategy (`@register_strategy`, selection.py / selectors.py) unless
 `NO_FILTER` says why the tasks carry no filter for it. tests/test_task_filters.py fails when a registered strategy is

@@ -1,8 +1,9 @@
 """Selection: pick one answer per question from its N branches, by a named strategy.
 
 Each branch's final answer (and its character span) comes from an extractor (answers.py); branches with
-equal answers form a group (`answers.answer_groups`); each candidate group gets a score and the best group's
-answer is returned. Strategies (score of a branch -> score of a group):
+equal answers form a group (`answers.answer_groups`), equal once `answers.stated_answers` gave each answer its group's
+representative (by the extractor's equivalence: math-verify's for `math`); each candidate group gets a score and the
+best group's answer is returned. Strategies (score of a branch -> score of a group):
 
 - greedy: branch 0's answer (CoT-decoding's branch 0 is the plain greedy decode), read as lm-eval's greedy is.
 - majority: number of branches in the group.
@@ -15,8 +16,8 @@ answer is returned. Strategies (score of a branch -> score of a group):
 - rpc (rpc.py), inv_entropy_full, softsc_min (selectors.py): from per-token statistics.
 - self_certainty(_borda), deepconf10_w32 / deepconf90_w32, cisc_t0.1, loglik_max / loglik_vote, short3: label-free
   selectors from per-token statistics (`Branch.stats`) or token counts, in selectors.py.
-- pass_at_n: an *oracle*, not a selector: it reads the gold answer and returns it if any branch has it. It is
-  an upper bound for every selector.
+- pass_at_n: an *oracle*, not a selector: it reads the gold answer and returns the answer of a branch that has it
+  (`answers.matches_gold`), if any. It is an upper bound for every selector.
 
 Every strategy but greedy reads each branch's *stated* answer (`answers.stated_answer`): a branch cut at the token
 budget whose answer is only the extractor's fallback (no "The answer is ...") has none.
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .answers import Answer, answer_members, get_extractor, span_confidence, stated_answer
+from .answers import Answer, Extractor, answer_members, get_extractor, matches_gold, span_confidence, stated_answers
 
 
 @dataclass
@@ -84,6 +85,8 @@ class Question:
     first: Answer | None = None
     """Branch 0's answer as the extractor reads it, fallback included even when the branch was cut (what lm-eval's own
     greedy run scores); None: `answers[0]`."""
+    extract: Extractor | None = None
+    """The extractor the answers came from: its equivalence says which answer is the gold one (oracles only)."""
 
     @property
     def members(self) -> dict[str, list[int]]:
@@ -198,7 +201,8 @@ for _strategy, _name in SCORES_READ.items():
 def pass_at_n(question: Question) -> str:
     if question.gold is None:
         raise ValueError("strategy=pass_at_n needs the doc field named by `gold` (e.g. gold: target).")
-    return question.gold if question.gold in question.members else majority(question)
+    right = [answer for answer in question.members if matches_gold(question.extract, answer, question.gold)]
+    return right[0] if right else majority(question)
 
 
 def check_strategy(strategy: str) -> None:
@@ -213,6 +217,8 @@ def select(result, strategy: str, extract: Callable, gold: str | None = None, ve
     branches = getattr(result, "branches", None)
     if not branches:
         answers = [extract(str.__str__(result))]
-        return STRATEGIES[strategy](Question(result, answers, verifier, gold))
-    answers = [stated_answer(extract, b) for b in branches]
-    return STRATEGIES[strategy](Question(result, answers, verifier, gold, first=extract(branches[0].text)))
+        return STRATEGIES[strategy](Question(result, answers, verifier, gold, extract=extract))
+    answers = stated_answers(extract, branches)
+    # branch 0's stated answer, in its group's representative; read again only where the cut-branch rule dropped it
+    first = answers[0] if answers[0] is not None else extract(branches[0].text)
+    return STRATEGIES[strategy](Question(result, answers, verifier, gold, first=first, extract=extract))

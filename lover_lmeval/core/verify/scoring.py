@@ -1,6 +1,7 @@
 """Scoring: from results to verifier scores -- batching, the test-time fit, label-free orientation, warnings.
 
-Answer groups come from the task's extractor and `answers.answer_groups`, the rule selection uses too. The
+Answer groups come from the task's extractor, `answers.stated_answers` and `answers.answer_groups`, the rule
+selection uses too. The
 unsupervised path never touches a gold answer; only `gold_labels` (the supervised ceiling's input) takes them,
 and nothing label-free calls it.
 
@@ -15,7 +16,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from ..select.answers import answer_groups, get_extractor, span_confidence, stated_answer
+from ..select.answers import answer_groups, get_extractor, matches_gold, span_confidence, stated_answer, stated_answers
 from .fit_inputs import verifier_on
 from .losses import score
 from ..select.selection import select
@@ -45,7 +46,7 @@ def batch_results(results, extract: str):
         n = len(result.branches)
         features[q, :n] = result.stored_features
         mask[q, :n] = True
-        values = [a.value if (a := stated_answer(extractor, b)) is not None else None for b in result.branches]
+        values = [a.value if a is not None else None for a in stated_answers(extractor, result.branches)]
         groups[q, :n] = torch.tensor(answer_groups(values))
         answers.append(values)
     return features, mask, groups, answers
@@ -72,9 +73,13 @@ def answer_ids(answers: list[list[str | None]], width: int) -> torch.Tensor:
     return out
 
 
-def gold_labels(answers: list[list[str | None]], gold: list[str], width: int) -> torch.Tensor:
-    """(Q, N) 1.0 where a branch's extracted answer equals the gold answer, 0.0 elsewhere and on padding."""
-    return torch.tensor([[float(a == g) for a in row] + [0.0] * (width - len(row)) for row, g in zip(answers, gold)])
+def gold_labels(answers: list[list[str | None]], gold: list[str], width: int, extract: str | None = None
+                ) -> torch.Tensor:
+    """(Q, N) 1.0 where a branch's extracted answer is the gold answer (equal, or by `extract`'s equivalence:
+    `answers.matches_gold`), 0.0 elsewhere and on padding."""
+    extractor = None if extract is None else get_extractor(extract)
+    return torch.tensor([[float(a == g or matches_gold(extractor, a, g)) for a in row] + [0.0] * (width - len(row))
+                         for row, g in zip(answers, gold)])
 
 
 def store_scores(results, verifier, features: torch.Tensor, name: str) -> None:
@@ -244,7 +249,7 @@ def rank_checks(results, extract: str, names, answers: list[list[str | None]] | 
     `answers`: the task's `task_batch` answers, if extracted already."""
     width, extractor = max(len(r.branches) for r in results), get_extractor(extract)
     if answers is None:  # batch_results' answers, without stacking the features
-        answers = [[a.value if (a := stated_answer(extractor, b)) is not None else None for b in r.branches]
+        answers = [[a.value if a is not None else None for a in stated_answers(extractor, r.branches)]
                    for r in results]
     mask = torch.tensor([[i < len(r.branches) for i in range(width)] for r in results])
     signals = {"vote": vote_shares(answers, width)[mask],
