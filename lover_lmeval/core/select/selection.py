@@ -216,3 +216,15 @@ def select(result, strategy: str, extract: Callable, gold: str | None = None, ve
         return STRATEGIES[strategy](Question(result, answers, verifier, gold))
     answers = [stated_answer(extract, b) for b in branches]
     return STRATEGIES[strategy](Question(result, answers, verifier, gold, first=extract(branches[0].text)))
+
+
+def pick_branch(result, strategy: str, extract: Callable, verifier: str = "lover") -> int:
+    """The branch whose whole text a row on a stock lm-eval task hands to the task's own chain: for greedy branch 0
+    (what lm-eval's own row reads), else the first branch of the answer group `select` picks (its branches state one
+    answer as `extract` reads it, so the chain scores each alike); branch 0 when no branch states an answer."""
+    if strategy == "greedy" or not getattr(result, "branches", None):
+        return 0
+    value = select(result, strategy, extract, None, verifier)
+    members = answer_members([a.value if (a := stated_answer(extract, b)) is not None else None
+                              for b in result.branches])
+    return members[value][0] if value in members else 0
