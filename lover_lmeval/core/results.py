@@ -37,8 +37,8 @@ def _stored(features) -> torch.Tensor:
     return torch.from_numpy(array if array.flags.writeable else array.copy())
 
 
-def _rebuild(state: dict) -> "LoverResult":
-    return LoverResult(**state)
+def _rebuild(state: dict, copy: int = 0) -> "LoverResult":
+    return LoverResult(**state).copy_for(copy)
 
 
 def model_arg_scoring(verifier: str) -> str:
@@ -102,6 +102,17 @@ class LoverResult(str):
         probs = self.verifier_probs[verifier]
         return score(probs[:, 0], probs[:, 1])
 
+    def copy_for(self, j: int) -> "LoverResult":
+        """The answer to copy j of a question lm-eval sends K times (`repeats: K`, decoded once with K branches): its
+        text is branch j, so the task's own `majority_vote` / `take_first_k` rows read the K branches; every other
+        attribute is this result's own (the same objects: scores stored later reach every copy)."""
+        if j == 0:
+            return self
+        other = str.__new__(LoverResult, self.branches[j].text)
+        other.__dict__.update(self.__dict__)
+        other.copy_index = j
+        return other
+
     def to_dict(self) -> dict:
         return {
             "texts": self.texts,
@@ -122,4 +133,4 @@ class LoverResult(str):
                  "verifier_probs": self.verifier_probs, "layer": self.layer, "prompt_ids": self.prompt_ids,
                  "layer_features": self.stored_layer_features, "fit_extract": self.fit_extract,
                  "scored_by": self.scored_by}
-        return _rebuild, (state,)
+        return _rebuild, (state, getattr(self, "copy_index", 0))

@@ -19,11 +19,15 @@ from ..core.decode.engine import RunSpec
 from ..core.pipeline import Pipeline, log
 from ..core.results import LoverResult
 from .chat import warn_on_prompt_format
-from .filter import check_filters_before_decoding, evaluated_metrics
+from . import repeats, task_hook
+from .filter import check_filters_before_decoding, evaluated_metrics, lover_select_arguments
 from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
 from .model_args import LoverUsageError, banked_interrupt, usage_errors
 from .ranks import fit_every_task
+from .stock_rows import add_rows, available_rows, plan_task
 from .thinking import think_marker, view_after_thinking
+
+task_hook.install()  # the tasks of a generate_until call, found from its requests (harness/task_hook.py)
 
 #: lm-eval's ways of cutting a prompt longer than the context window (VLLM's truncation_side; lover_hf takes it too)
 TRUNCATION_SIDES = ("left", "right", "middle")
@@ -33,9 +37,14 @@ THINKING_NOTE = ("%s: think_end_token=%r: answers (stock filters, lover_select's
                  "over the whole branch, and the bank and the samples keep it whole")
 
 #: Logged as decoding starts: what the table lm-eval prints at the end will mean.
-HEADLINE = ("%s rank %d/%d: %d questions x %d branches. The table at the end has one %s row per "
-            "selector, each picking one answer per question from these same branches: compare each with majority "
-            "(the vote) and greedy; pass_at_n, an oracle that reads the gold answer, is how often any branch is right")
+HEADLINE = ("%s rank %d/%d: %d questions x %s branches. The table at the end has %s; each selector row picks one "
+            "answer per question from these same branches: compare each with majority (the vote) and greedy")
+#: The headline's rows of the lover_* tasks and users' tasks with lover_select filters
+SELECT_ROWS = ("one %s row per selector (pass_at_n, an oracle that reads the gold answer, is how often any branch is "
+               "right)")
+#: A group's generation kwargs carry its questions' N under this key between generate_until and `prompts` (a task's
+#: repeats set it; lover_vllm's phases read the groups too); popped before lm-eval's kwargs are read
+BRANCHES_KEY = "_lover_n_branches"
 
 
 def check_truncation_side(value) -> str:
@@ -78,9 +87,14 @@ class LoverRequests:
 
     def prompts(self, contexts: list[str], gen_kwargs: dict) -> tuple[list[list[int]], RunSpec]:
         """Prompt ids of contexts sharing generation kwargs, and the `RunSpec` those kwargs ask for (stop strings and
-        budget as HFLM reads them, the decoding as harness/generation.py resolves it). A lookup: changes nothing."""
+        budget as HFLM reads them, the decoding as harness/generation.py resolves it, N as `BRANCHES_KEY` says). A
+        lookup: changes nothing."""
+        gen_kwargs = dict(gen_kwargs)
+        n_branches = gen_kwargs.pop(BRANCHES_KEY, None)
         decoding, kwargs = resolve_decoding(self.pipeline.config.decoding, self.explicit, gen_kwargs,
                                             self.max_gen_toks)
+        if n_branches is not None and n_branches != decoding.n_branches:
+            decoding = replace(decoding, n_branches=n_branches)
         eos_text = self.tokenizer.decode(self.eot_token_id, skip_special_tokens=False)
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
         max_gen_toks = int(kwargs.pop("max_gen_toks"))
@@ -123,37 +137,75 @@ class LoverRequests:
                 raise
             raise banked_interrupt(self.pipeline.bank) from None
 
+    def plan_rows(self, tasks, scored: set[str]) -> tuple[list, list[str]]:
+        """The stock tasks' plans (harness/stock_rows.py: every task without a lover_select filter) with their rows
+        added to the tasks, and the selector rows; a task that cannot group its answers says so in one line."""
+        selected = {name for name, _ in lover_select_arguments(tasks)}
+        user_extract = self.pipeline.config.selection.extract if "extract" in self.explicit else None
+        plans = [plan_task(task, user_extract) for task in tasks if task.config.task not in selected
+                 and getattr(task.config, "output_type", None) == "generate_until"]
+        rows = available_rows(scored)
+        for plan in plans:
+            if plan.why_none is not None:
+                log.warning(plan.why_none)
+            add_rows(plan, rows)
+        return plans, rows
+
+    def table_rows(self, tasks, plans, rows) -> str:
+        """The headline's account of the rows the table will have, per kind of task."""
+        stock = {plan.name: plan for plan in plans}
+        parts = []
+        if any(task.config.task not in stock for task in tasks) or not tasks:
+            parts.append(SELECT_ROWS % (" / ".join(evaluated_metrics(
+                [t for t in tasks if t.config.task not in stock])) or "metric"))
+        for plan in plans:
+            own = ", ".join(e.name for e in plan.task._filters if e.name not in set(plan.task.lover_rows))
+            parts.append(f"for {plan.name} its own rows ({own}: branch 0)" + (
+                f" and {len(plan.task.lover_rows)} selector rows ({', '.join(plan.task.lover_rows[:3])}, ...; pass_at_n "
+                "needs a gold field, not on stock tasks)" if plan.groupings else ", no selector row"))
+        return "; ".join(parts)
+
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
         config = self.pipeline.config
         fitting = config.selection.fit_at_test_time
         scored = (set(self.pipeline.verifiers) | set(self.pipeline.fitted_scorers)
                   | ({"ptrue"} if config.ptrue.enabled else set()))
+        tasks = task_hook.tasks_of(requests)
+        questions, counts = repeats.collapse(requests)  # a task's repeats: one question with K branches
         with usage_errors():  # a filter or request the model cannot serve: one line on the CLI, before any decoding
             extracts = check_filters_before_decoding(config.selection.extract if fitting else None, scored,
-                                                     adopt="extract" not in self.explicit)
+                                                     adopt="extract" not in self.explicit, tasks=tasks)
             check_requests(requests, config.decoding, self.explicit, self.max_gen_toks)
+            n_of = [repeats.branches_for(q, config.decoding.n_branches, self.explicit) for q in questions]
+            plans, rows = self.plan_rows(tasks, scored)
+        extracts.update({plan.name: plan.fit_extract for plan in plans if plan.fit_extract is not None})
+        unfitted = {plan.name for plan in plans if plan.fit_extract is None}
         warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, self.pipeline.verifier_meta)
-        groups = defaultdict(list)  # questions sharing generation kwargs are decoded together
-        for index, request in enumerate(requests):
-            groups[repr(sorted(request.args[1].items()))].append(index)
-        results: list[LoverResult | None] = [None] * len(requests)
-        self.before_decoding([([requests[i].args[0] for i in indices], requests[indices[0]].args[1])
-                              for indices in groups.values()])
-        log.info(HEADLINE, self.NAME, self.rank, self.world_size, len(requests), config.decoding.n_branches,
-                 " / ".join(evaluated_metrics()) or "metric")  # the tasks' own metric: lover_match for a user's task
+        groups = defaultdict(list)  # questions sharing generation kwargs (and N) are decoded together
+        for index, (question, n) in enumerate(zip(questions, n_of)):
+            groups[repr((sorted(question.args[1].items()), n))].append(index)
+        kwargs_of = {key: {**questions[indices[0]].args[1], BRANCHES_KEY: n_of[indices[0]]}
+                     for key, indices in groups.items()}
+        results: list[LoverResult | None] = [None] * len(questions)
+        self.before_decoding([([questions[i].args[0] for i in indices], kwargs_of[key])
+                              for key, indices in groups.items()])
+        shown = "/".join(str(n) for n in sorted(set(n_of))) or str(config.decoding.n_branches)
+        log.info(HEADLINE, self.NAME, self.rank, self.world_size, len(questions), shown,
+                 self.table_rows(tasks, plans, rows))
         # closed on the way out of an interrupt too, so its last refresh comes before the interrupt's message
-        with tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
-                  desc=f"{self.NAME}: {config.decoding.n_branches} branches per question") as bar:
-            for indices in groups.values():
+        with tqdm(total=len(questions), disable=disable_tqdm or self.rank != 0,
+                  desc=f"{self.NAME}: {shown} branches per question") as bar:
+            for key, indices in groups.items():
                 def done(chunk, chunk_results, indices=indices):
                     for k, result in zip(chunk, chunk_results):
                         results[indices[k]] = result
                     bar.update(len(chunk))
 
-                self.run_contexts([requests[i].args[0] for i in indices], requests[indices[0]].args[1], done)
+                self.run_contexts([questions[i].args[0] for i in indices], kwargs_of[key], done)
         self.after_decoding()
-        fit_every_task(self.pipeline, requests, results, self.world_size, extracts)  # one fit per task, across ranks
-        return results
+        # one fit per task, across ranks
+        fit_every_task(self.pipeline, questions, results, self.world_size, extracts, unfitted)
+        return repeats.expand(results, counts)
 
     def set_cache_hook(self, cache_hook) -> None:
         """lm-eval's `--use_cache` keys each request alone, but a LoVer answer depends on the task's whole fit."""

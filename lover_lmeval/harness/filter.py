@@ -6,7 +6,6 @@ chain). Only oracle strategies (`pass_at_n`) read the doc's gold field; selector
 
 from __future__ import annotations
 
-import inspect
 from functools import partial
 
 from lm_eval.api.filter import Filter
@@ -59,45 +58,28 @@ class LoverSelect(Filter):
                 for rs, doc in zip(resps, docs)]
 
 
-def _evaluated_tasks(frame_depth: int) -> list:
-    """The tasks lm-eval is evaluating, found before any request runs (objects holding filter ensembles).
+def lover_select_arguments(tasks) -> list[tuple[str, dict]]:
+    """(task name, keyword arguments) of every lover_select filter of `tasks` (harness/task_hook.py's `tasks_of`).
 
     lm-eval builds a task's filters as `partial(FilterClass, **kwargs)` and instantiates them only when applying
-    them, after every request ran; so a bad filter argument would cost the whole decode and fit. The tasks are
-    locals of lm-eval's `evaluate`, which calls `generate_until` directly: the `frame_depth` frames above the caller
-    are searched. Best effort: another caller finds nothing here and the filter's own checks still run when it is
-    applied."""
-    found, frame = [], inspect.currentframe().f_back
-    for _ in range(frame_depth):
-        frame = frame.f_back if frame is not None else None
-        if frame is None:
-            break
-        for value in list(frame.f_locals.values()):
-            tasks = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
-            found += [task for task in tasks if getattr(task, "_filters", None)]
-        if found:
-            break
-    return found
-
-
-def _lover_select_arguments(frame_depth: int = 4) -> list[tuple[str, dict]]:
-    """(task name, keyword arguments) of every lover_select filter of the tasks lm-eval is evaluating
-    (_evaluated_tasks)."""
-    return [(getattr(task, "task_name", None) or "", step.keywords) for task in _evaluated_tasks(frame_depth)
+    them, after every request ran; so a bad filter argument would cost the whole decode and fit: they are read here,
+    before decoding."""
+    return [(getattr(task, "task_name", None) or "", step.keywords) for task in tasks
             for ensemble in task._filters for step in getattr(ensemble, "filters", [])
             if isinstance(step, partial) and step.func is LoverSelect]
 
 
-def evaluated_metrics(frame_depth: int = 3) -> list[str]:
-    """The metric names of the tasks lm-eval is evaluating (exact_match, or lover_match for a user's own task), as
-    their metric_list names them (a `!function` metric by its function's name); [] when none is found."""
-    names = [getattr(m, "__name__", m) for task in _evaluated_tasks(frame_depth)
+def evaluated_metrics(tasks) -> list[str]:
+    """The metric names of `tasks` (exact_match, or lover_match for a user's own task), as their metric_list names
+    them (a `!function` metric by its function's name); [] when none is found."""
+    names = [getattr(m, "__name__", m) for task in tasks
              for m in (entry.get("metric") for entry in getattr(task.config, "metric_list", None) or [])]
     return sorted({str(name) for name in names if name is not None})
 
 
-def check_filters_before_decoding(fit_extract: str | None, scored: set[str], adopt: bool = False) -> dict[str, str]:
-    """Build each lover_select filter of the evaluated tasks once (its own checks: strategy, extractor) and check
+def check_filters_before_decoding(fit_extract: str | None, scored: set[str], adopt: bool = False, tasks=()
+                                  ) -> dict[str, str]:
+    """Build each lover_select filter of `tasks` once (its own checks: strategy, extractor) and check
     that each verifier a filter reads will have scores (`scored`: "lover" with verifier=fit or a checkpoint,
     "supervised" with supervised_verifier=, the plain probes "ccs" and "pca" with either, "ptrue" with ptrue=true) and
     that those reading the test-time fit group answers as it will.
@@ -106,7 +88,7 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str], ado
     Returns each task's extractor for its fit: with `adopt` (the user did not set `extract`) the one its own filters
     that read the fit use (a run of `lover_bbh`, whose subsets extract true/false, yes/no and numbers, fits each subset
     with its own), else `fit_extract` for every task, which a filter extracting otherwise contradicts."""
-    found = [(task, LoverSelect(**kwargs)) for task, kwargs in _lover_select_arguments()]
+    found = [(task, LoverSelect(**kwargs)) for task, kwargs in lover_select_arguments(tasks)]
     wanted: dict[str, set[str]] = {}
     for task, select_filter in found:
         if select_filter.reads_fit:

@@ -55,7 +55,8 @@ def usage_errors():
 
 
 def parse_model_args(kwargs: dict) -> tuple[LoverConfig, dict, set[str]]:
-    """(config, the args left for HFLM, the decoding args and `extract` as far as the user set them); warns on a
+    """(config, the args left for HFLM, the decoding args, `n_branches` and `extract` as far as the user set them);
+    warns on a
     degenerate setting."""
     with usage_errors():
         config, hf_args = LoverConfig.from_model_args(kwargs)
@@ -63,7 +64,7 @@ def parse_model_args(kwargs: dict) -> tuple[LoverConfig, dict, set[str]]:
         log.warning("lover_hf: n_branches=1 decodes one branch a question, so every selector row reports that "
                     "branch's answer (greedy's) and the test-time fit is skipped; use n_branches >= 2 (e.g. 10) to "
                     "compare selectors.")
-    return config, hf_args, {arg for arg in (*DECODING_ARGS, "extract") if arg in kwargs}
+    return config, hf_args, {arg for arg in (*DECODING_ARGS, "n_branches", "extract") if arg in kwargs}
 
 
 def one_line_errors(model: str = "lover_hf") -> None:

@@ -21,8 +21,9 @@ Key = tuple  # (doc_id, prompt text, occurrence): one response lm-eval expects; 
 
 
 def _keys(requests) -> list[tuple[str, Key, bool]]:
-    """(task, key, is_copy) of each request. lm-eval's padding copies repeat a request beyond its `repeats`: their
-    key is the question's first occurrence, whose scores they take."""
+    """(task, key, is_copy) of each request. The adapter hands each question once (a task's `repeats` copies are one
+    question with K branches), so a later occurrence is one of lm-eval's padding copies: its key is the question's
+    first occurrence, whose scores it takes."""
     seen: dict = defaultdict(int)
     keys = []
     for request in requests:
@@ -31,8 +32,7 @@ def _keys(requests) -> list[tuple[str, Key, bool]]:
                                                                      request.args[0])
         occurrence = seen[task, question]
         seen[task, question] += 1
-        is_copy = occurrence >= max(1, int(getattr(request, "repeats", 1) or 1))
-        keys.append((task, (*question, 0 if is_copy else occurrence), is_copy))
+        keys.append((task, (*question, 0), occurrence > 0))
     return keys
 
 
@@ -45,10 +45,11 @@ def _exchange(local: dict, world_size: int) -> list[dict]:
     return gathered
 
 
-def fit_every_task(pipeline: Pipeline, requests, results, world_size: int, extracts: dict[str, str] | None = None
-                   ) -> None:
+def fit_every_task(pipeline: Pipeline, requests, results, world_size: int, extracts: dict[str, str] | None = None,
+                   unfitted: set[str] = frozenset()) -> None:
     """Report and fit each task on all its questions across ranks, grouping its answers with `extracts[task]` (default
-    model_args' extract); store the scores on this rank's `results`."""
+    model_args' extract); store the scores on this rank's `results`. A task in `unfitted` (its answers cannot be
+    grouped: harness/stock_rows.py) is neither reported nor fitted."""
     keys = _keys(requests)
     local: dict[str, dict[Key, LoverResult]] = defaultdict(dict)
     for (task, key, is_copy), result in zip(keys, results):
@@ -61,13 +62,15 @@ def fit_every_task(pipeline: Pipeline, requests, results, world_size: int, extra
         for task, questions in share.items():
             for key, result in questions.items():
                 merged[task].setdefault(key, result)
-    for task in sorted(merged):
+    for task in sorted(set(merged) - set(unfitted)):
         ordered = sorted(merged[task])
         pipeline.finish_task([merged[task][k] for k in ordered], task or None, (extracts or {}).get(task))
     if not fitted:
         return
     for (task, key, _), result in zip(keys, results):  # this rank's results, padding copies included
         source = merged[task].get(key)
+        if task in unfitted:
+            continue
         if source is not None and source is not result:  # the fits' scores only; loaded verifiers scored locally
             for name in fitted:
                 result.verifier_probs[name] = source.verifier_probs[name]

@@ -32,6 +32,10 @@ import numpy as np
 Extractor = Callable[[str], "Answer | None"]
 #: name -> extractor; a task's `lover_select` filters and lover_hf's `extract=` name one of these.
 EXTRACTORS: dict[str, Extractor] = {}
+#: name -> extractor read from an lm-eval task's own filter chain (harness/stock_rows.py), registered for the run that
+#: decodes the task: the fit and the selectors group its answers as the task reads them. Apart from EXTRACTORS, which
+#: the packaged task YAMLs are generated from and `extract=` chooses among.
+TASK_EXTRACTORS: dict[str, Extractor] = {}
 
 
 @dataclass(frozen=True)
@@ -345,7 +349,7 @@ def span_confidence(margins: list[float], offsets: list[tuple[int, int]], answer
 def get_extractor(name: str) -> Callable[[str], Answer | None]:
     """The extractor registered as ``name``; ValueError naming the allowed ones otherwise."""
     try:
-        return EXTRACTORS[name]
+        return EXTRACTORS[name] if name in EXTRACTORS else TASK_EXTRACTORS[name]
     except KeyError:
         raise ValueError(f"extract={name!r} is not a known answer extractor; choose one of {sorted(EXTRACTORS)}") from None
 

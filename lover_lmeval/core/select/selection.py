@@ -222,3 +222,14 @@ def select(result, strategy: str, extract: Callable, gold: str | None = None, ve
     # branch 0's stated answer, in its group's representative; read again only where the cut-branch rule dropped it
     first = answers[0] if answers[0] is not None else extract(branches[0].text)
     return STRATEGIES[strategy](Question(result, answers, verifier, gold, first=first, extract=extract))
+
+
+def pick_branch(result, strategy: str, extract: Callable, verifier: str = "lover") -> int:
+    """The branch whose whole text a row on a stock lm-eval task hands to the task's own chain: for greedy branch 0
+    (what lm-eval's own row reads), else the first branch of the answer group `select` picks (its branches state one
+    answer as `extract` reads it, so the chain scores each alike); branch 0 when no branch states an answer."""
+    if strategy == "greedy" or not getattr(result, "branches", None):
+        return 0
+    value = select(result, strategy, extract, None, verifier)
+    members = answer_members([a.value if a is not None else None for a in stated_answers(extract, result.branches)])
+    return members[value][0] if value in members else 0

@@ -1,0 +1,227 @@
+"""Selector rows on lm-eval's own generative tasks, included as lm-eval ships them (tests/stock_yaml.py points only
+their data at ../shared/data): harness/stock_rows.py, harness/repeats.py, harness/task_hook.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from lm_eval.tasks import TaskManager
+
+import in_process
+import stock_yaml
+from lover_lmeval.core.decode.branch import Branch
+from lover_lmeval.core.results import LoverResult
+from lover_lmeval.harness import repeats
+from lover_lmeval.harness.model_args import LoverUsageError
+from lover_lmeval.harness.stock_rows import LoverPick, add_rows, available_rows, plan_task, task_chains
+from lover_lmeval.core.select.answers import get_extractor
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory) -> Path:
+    return stock_yaml.write_overrides(tmp_path_factory.mktemp("stock"))
+
+
+@pytest.fixture(scope="module")
+def tasks(stock) -> dict:
+    return TaskManager(include_path=str(stock)).load(list(stock_yaml.TASKS))["tasks"]
+
+
+def branch(text: str) -> Branch:
+    return Branch(text, [1], [0.5], [(0, len(text))], "stop")
+
+
+def test_gsm8k_cot_groups_by_each_of_its_two_chains_as_its_metric_normalises(tasks):
+    """strict-match reads "The answer is (-?[0-9.,]+)." and flexible-extract the last number; exact_match then drops
+    ',', '$', a final '.' (regexes_to_ignore) and lower-cases: "The answer is 1,000. So $1,000." -> strict "1,000."
+    -> "1000"; flexible "1,000." -> "1000"; a text without the sentence has no strict answer."""
+    plan = plan_task(tasks["gsm8k_cot"], None)
+    assert [prefix for prefix, _, _ in plan.groupings] == ["strict-match/", "flexible-extract/"]
+    strict, flexible = (get_extractor(name) for _, _, name in plan.groupings)
+    assert strict("The answer is 1,000. So $1,000.").value == "1000"
+    assert flexible("The answer is 1,000. So $1,000.").value == "1000"
+    assert strict("It is 7") is None and flexible("It is 7").value == "7"
+    assert plan.fit_extract == "gsm8k_cot/strict-match"
+
+
+def test_mmlu_pro_letter_is_grouped_case_and_punctuation_free(tasks):
+    """mmlu_pro's regex 'answer is \\(?([ABCDEFGHIJ])\\)?' with ignore_case and ignore_punctuation: "(C)" -> "c"."""
+    (_, _, name), = plan_task(tasks["mmlu_pro_biology"], None).groupings
+    assert get_extractor(name)("so the answer is (C).").value == "c"
+
+
+def test_self_consistency_chains_read_alike_so_rows_are_once_and_named_by_selector(tasks):
+    """score-first, maj@64 and maj@8 differ only in reducers (take_first_k, majority_vote, take_first): one reading,
+    so one set of rows, named by the selector alone."""
+    task = tasks["gsm8k_cot_self_consistency"]
+    assert [c.name for c in task_chains(task)] == ["score-first"]
+    assert plan_task(task, None).groupings[0][0] == ""
+
+
+def test_process_results_task_gets_no_rows_and_a_message_unless_extract_is_named(tasks):
+    task = tasks["hendrycks_math500"]
+    plan = plan_task(task, None)
+    assert plan.groupings == [] and plan.fit_extract is None
+    assert "hendrycks_math500" in plan.why_none and "extract=" in plan.why_none
+    named = plan_task(task, "number")
+    assert named.fit_extract == "number" and named.groupings[0][0] == ""
+
+
+def test_selector_row_on_a_stock_task_scores_the_branch_its_pick_names(tasks):
+    """Planted: branches answer 3, 5, 5 ("The answer is N."); majority picks the group of 5, whose first branch is
+    branch 1, so the row hands branch 1's text to bbh's regex: the row reads "5", greedy's row reads "3"."""
+    task = tasks["bbh_cot_fewshot_boolean_expressions"]
+    plan = plan_task(task, None)
+    (_, chain, name), = plan.groupings
+    result = LoverResult([branch("So the answer is 3."), branch("so the answer is 5."), branch("So the answer is 5.")])
+    picked = LoverPick("majority", name).apply([[result]], [{}])
+    assert picked == [["so the answer is 5."]]
+    steps = [step() for step in chain.steps]
+    read = picked
+    for step in steps:
+        read = list(step.apply(read, [{}]))
+    assert read == [["5"]]
+    assert LoverPick("greedy", name).apply([[result]], [{}]) == [["So the answer is 3."]]
+
+
+def test_rows_are_added_once_and_omit_the_oracle_and_unscored_rows(tasks):
+    rows = available_rows({"lover"})
+    assert "pass_at_n" not in rows and "ccs_max" not in rows and "lover_sum" in rows and "majority" in rows
+    task = tasks["mmlu_pro_biology"]
+    before = len(task._filters)
+    plan = plan_task(task, None)
+    add_rows(plan, rows)
+    add_rows(plan, rows)
+    assert len(task._filters) == before + len(rows)
+
+
+class _Request:
+    def __init__(self, repeats, task="t"):
+        self.repeats, self.task_name = repeats, task
+
+
+def test_repeats_collapse_to_one_question_and_copy_j_is_branch_j():
+    """Three copies of a repeats-3 request then one plain request: two questions, counts 3 and 1; the three copies'
+    texts are branches 0, 1, 2."""
+    a, b = _Request(3), _Request(1)
+    unique, counts = repeats.collapse([a, a, a, b])
+    assert unique == [a, b] and counts == [3, 1]
+    result = LoverResult([branch("x0"), branch("x1"), branch("x2")])
+    copies = repeats.expand([result, LoverResult([branch("y")])], counts)
+    assert [str.__str__(c) for c in copies] == ["x0", "x1", "x2", "y"]
+    assert all(c.branches is result.branches for c in copies[:3])
+
+
+def test_repeats_set_n_unless_model_args_contradict_them():
+    assert repeats.branches_for(_Request(64), 10, set()) == 64
+    assert repeats.branches_for(_Request(1), 10, {"n_branches"}) == 10
+    with pytest.raises(LoverUsageError, match="repeats: 64.*n_branches=4"):
+        repeats.branches_for(_Request(64, "gsm8k_cot_self_consistency"), 4, {"n_branches"})
+
+
+def _text(response):
+    """A logged response as text: a lover result left unfiltered (a `process_results` task's `take_first` row) is
+    logged as its JSON (core/results.py), whose branch 0 is the text the task scored."""
+    try:
+        logged = json.loads(response)
+    except (TypeError, ValueError):
+        return response
+    return logged["texts"][0] if isinstance(logged, dict) and "texts" in logged else response
+
+
+def _samples(folder: Path, task: str) -> dict[str, dict[int, object]]:
+    """filter -> doc_id -> (filtered response as text, exact_match), from a --log_samples run."""
+    (path,) = folder.rglob(f"samples_{task}_*.jsonl")
+    out: dict[str, dict[int, object]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        sample = json.loads(line)
+        out.setdefault(sample["filter"], {})[sample["doc_id"]] = (
+            [_text(r) for r in sample["filtered_resps"]], sample.get("exact_match"))
+    return out
+
+
+def _run(model: str, model_args: str, tasks: str, stock: Path, out: Path, *extra: str):
+    return in_process.lm_eval(["--model", model, "--model_args", model_args, "--tasks", tasks, "--include_path",
+                               str(stock), "--limit", "2", "--gen_kwargs", "max_gen_toks=32", "--log_samples",
+                               "--output_path", str(out), *extra], out.parent)
+
+
+@pytest.mark.slow
+def test_stock_gsm8k_and_bbh_get_every_selector_row_and_greedy_equals_hf(stock, smollm2_dir, tmp_path):
+    """lover_hf with 3 branches on lm-eval's gsm8k_cot (two chains) and bbh_cot_fewshot_boolean_expressions (one):
+    the tasks' own rows and each chain's greedy row read exactly what `--model hf` reads on the same model."""
+    names = "gsm8k_cot,bbh_cot_fewshot_boolean_expressions"
+    done = _run("lover_hf", "n_branches=3", names, stock, tmp_path / "lover")
+    _run("hf", f"pretrained={smollm2_dir}", names, stock, tmp_path / "hf")
+    assert "4 questions x 3 branches" in done.stderr
+    assert "for gsm8k_cot its own rows (strict-match, flexible-extract: branch 0)" in done.stderr
+    lover = _samples(tmp_path / "lover", "gsm8k_cot")
+    hf = _samples(tmp_path / "hf", "gsm8k_cot")
+    for chain in ("strict-match", "flexible-extract"):
+        assert lover[chain] == hf[chain] == lover[f"{chain}/greedy"]
+        assert {f"{chain}/majority", f"{chain}/lover_sum", f"{chain}/cisc_t0.1"} <= set(lover)
+    lover = _samples(tmp_path / "lover", "bbh_cot_fewshot_boolean_expressions")
+    hf = _samples(tmp_path / "hf", "bbh_cot_fewshot_boolean_expressions")
+    assert lover["get-answer"] == hf["get-answer"] == lover["greedy"]
+    assert {"majority", "lover_max", "self_certainty"} <= set(lover)
+    assert "gave no answer the 'number' extractor" not in done.stderr
+
+
+@pytest.mark.slow
+def test_stock_mmlu_pro_rows_and_a_process_results_task_without_extract_says_why(stock, smollm2_dir, tmp_path):
+    """mmlu_pro_biology (regex, ignore_case / ignore_punctuation) and hendrycks_math500 (process_results, no chain)
+    zero-shot: mmlu_pro has every row and greedy equal to hf's; hendrycks_math500 keeps its own row (equal to hf's),
+    gets no selector row and no fit, and the log names the task and the fix."""
+    names = "mmlu_pro_biology,hendrycks_math500"
+    done = _run("lover_hf", "n_branches=2", names, stock, tmp_path / "lover", "--num_fewshot", "0")
+    _run("hf", f"pretrained={smollm2_dir}", names, stock, tmp_path / "hf", "--num_fewshot", "0")
+    assert "4 questions x 2 branches" in done.stderr
+    lover, hf = _samples(tmp_path / "lover", "mmlu_pro_biology"), _samples(tmp_path / "hf", "mmlu_pro_biology")
+    assert lover["custom-extract"] == hf["custom-extract"] == lover["greedy"]
+    assert {"majority", "lover_sum"} <= set(lover)
+    assert "task hendrycks_math500: its answers are read in process_results" in done.stderr
+    lover, hf = _samples(tmp_path / "lover", "hendrycks_math500"), _samples(tmp_path / "hf", "hendrycks_math500")
+    assert set(lover) == {"none"} and lover["none"] == hf["none"]
+    results = json.loads(next((tmp_path / "lover").rglob("results_*.json")).read_text(encoding="utf-8"))
+    fits = _find(results, "test_time_fits")
+    assert "mmlu_pro_biology" in fits and "hendrycks_math500" not in fits  # no fit on `number` by default
+
+
+@pytest.mark.slow
+def test_stock_process_results_task_with_extract_named_gets_its_rows(stock, tmp_path):
+    """hendrycks_math500 with extract=number: its answers grouped by the number extractor, each row's branch scored
+    by the task's own process_results; the greedy row is its own `none` row."""
+    done = _run("lover_hf", "n_branches=2,extract=number", "hendrycks_math500", stock, tmp_path / "lover",
+                "--num_fewshot", "0")
+    assert "2 questions x 2 branches" in done.stderr
+    lover = _samples(tmp_path / "lover", "hendrycks_math500")
+    assert {"none", "greedy", "majority", "lover_sum"} <= set(lover) and lover["greedy"] == lover["none"]
+
+
+def _find(tree, key: str):
+    """The first value under `key` anywhere in a JSON tree."""
+    if isinstance(tree, dict):
+        if key in tree:
+            return tree[key]
+        tree = list(tree.values())
+    for value in tree if isinstance(tree, list) else ():
+        found = _find(value, key)
+        if found is not None:
+            return found
+    return None
+
+
+@pytest.mark.slow
+def test_stock_self_consistency_is_one_question_with_repeats_branches(stock, tmp_path):
+    """gsm8k_cot_self_consistency (repeats: 64, sampled) on 1 question: decoded once with 64 branches; maj@64,
+    maj@8 and score-first read those branches (score-first = branch 0 = the greedy-named row)."""
+    out = tmp_path / "lover"
+    done = in_process.lm_eval(["--model", "lover_hf", "--tasks", "gsm8k_cot_self_consistency", "--include_path",
+                               str(stock), "--limit", "1", "--num_fewshot", "0", "--gen_kwargs", "max_gen_toks=16",
+                               "--log_samples", "--output_path", str(out)], tmp_path)
+    assert "1 questions x 64 branches" in done.stderr
+    samples = _samples(out, "gsm8k_cot_self_consistency")
+    assert {"maj@64", "maj@8", "score-first", "majority", "lover_sum"} <= set(samples)
+    assert samples["score-first"] == samples["greedy"]
