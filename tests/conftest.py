@@ -148,7 +148,16 @@ END_TO_END_FIXTURES = {"golden_baseline"}
 
 def pytest_collection_modifyitems(items):
     """`slow` on every test whose fixtures run an LLM end to end, so the fast tier (`-m "not slow"`) cannot pull a
-    golden run in through a fixture; tests that run one themselves carry the mark in their module."""
+    golden run in through a fixture; tests that run one themselves carry the mark in their module.
+
+    The order is made for pytest-xdist's workers, which take tests in this order: the golden test first (its worker
+    runs the golden baseline while the other goes on with everything else), every other test that needs the baseline
+    last, when it is long done, so no worker waits on the other's lock. The order is the same in every process."""
+    needs_golden = []
     for item in items:
         if END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+            needs_golden.append(item)
+    first = [item for item in needs_golden if item.name == "test_golden_run_is_unchanged"]
+    later = [item for item in needs_golden if item not in first]
+    items[:] = first + [item for item in items if item not in needs_golden] + later

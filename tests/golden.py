@@ -24,7 +24,8 @@ construction, and one place in code decides it, `value_class`:
   margins, statistics and answers, and seeded resampling of the outcomes they decide — greedy, majority, CoT-decoding,
   the confidence and statistics selectors, RPC, pass_at_n, answer groups, each branch's answer, correctness, finish
   reason and token count, the counts (questions, branches, answered), the checkpoint's metadata and tensor shapes.
-  CoT-decoding's confidence is float64 numpy over banked margins: within CONFIDENCE_TOL, its rounding unit.
+  CoT-decoding's confidence is float64 numpy over banked margins: within CONFIDENCE_TOL, its rounding unit; the
+  sampling references (avg@N, pass@k, maj@k) are float64 sums: within FLOAT64_SUM_TOL.
 - **A value computed from a fitted model is never compared exactly**: from LoVer's test-time fit, the plain probes
   fitted beside it (`probes.PROBES`), the trained checkpoint and the supervised cross-fit (`FITTED_SCORERS`; a value's
   scorer is found by `scorer_of` from the names in its path, so a new probe or a row `<scorer>_<strategy>` is handled
@@ -88,6 +89,10 @@ TENSOR_TOL = 0.03
 CONFIDENCE_TOL = 1e-5
 """CoT-decoding confidence: float64 numpy over banked margins, so the same on every CPU (equal in A and B); this
 is one unit of its 5-decimal rounding, so a value on a rounding edge cannot fail."""
+FLOAT64_SUM_TOL = 1e-12
+"""The sampling references (avg@N, pass@k, maj@k and their intervals): float64 sums over 8 questions and 200
+resamples of bank-pure outcomes, whose values are not binary fractions, so another CPU's summation order may move
+the last bits: 2.2e-16 per operation x a few hundred operations, with room."""
 FIT_LOSS_TOL = 0.25
 """A test-time fit's final losses (`fit_checks`; LoVer's total 0.63 on web_of_lies, CCS's 0.004): its 3 restarts on 8
 questions land in other minima. Measured 0.117 (N: web_of_lies lover total 0.629 -> 0.746; its terms by up to 0.058).
@@ -218,7 +223,9 @@ def value_class(path: tuple, got, expected) -> str:
     field = path[-1]
     scorer = scorer_of(path)
     if scorer is None or (path[0] == "leaderboard" and "diagnostics" in path and field not in SCORE_DIAGNOSTICS):
-        return "bank_confidence" if field == "confidence" else "bank"  # diagnostics of groups, gold, counts
+        if field == "confidence":
+            return "bank_confidence"
+        return "bank_float" if "references" in path and isinstance(expected, float) else "bank"
     kind = _kind(path, field)
     if kind == "item" or isinstance(expected, (bool, str)) or expected is None:
         return "fitted_item"  # one branch's score or question's pick, a flag or answer picks decide (one_answer)
@@ -246,6 +253,7 @@ def _same_sign_where_wide(got, expected, parent) -> bool:
 #: class -> (how it is compared, what the failure line says). `bank`: exactly, type included.
 CLASSES = {
     "bank_confidence": (_within(CONFIDENCE_TOL), f"tolerance {CONFIDENCE_TOL:g}"),
+    "bank_float": (_within(FLOAT64_SUM_TOL), f"float64 sums: tolerance {FLOAT64_SUM_TOL:g}"),
     "fitted_item": (_same_type_in_unit, "a fitted item: same type, in [0, 1]"),
     "fitted_share": (_within(SHARE_TOL), f"a fitted share: tolerance {SHARE_TOL:g}"),
     "fitted_mean_score": (_within(MEAN_SCORE_TOL), f"tolerance {MEAN_SCORE_TOL:g}"),

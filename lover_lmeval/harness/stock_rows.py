@@ -92,7 +92,7 @@ def metric_normaliser(task):
     return normalise
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity, as every extractor is (answers.equivalence_of looks extractors up)
 class ChainAnswer:
     """An extractor (text -> `Answer`) that reads a branch as the task's chain does: no answer where the chain gives
     its fallback (`[invalid]`), nothing, or an empty string; the span is the chain's output found in the text (the
