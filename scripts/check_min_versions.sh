@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The declared lower bounds, tested: a fresh venv with every dependency at its minimum (ci/min-versions.txt), this
 # package on top, and the tests whose outcome the versions decide: the model's loading and the lm-eval adapter
-# (test_model, test_bad_input), decoding, features and the pipeline (test_decoding, test_features, test_pipeline).
+# (test_model, test_bad_input), decoding, features and the pipeline (test_decoding, test_features, test_pipeline),
+# math-verify's parsing and equivalence (test_math_answers).
 # What no version bound changes (the bank's storage, the fits, the selectors) is left to the full suite, which runs on
 # the newest releases.
 #
@@ -25,14 +26,14 @@ install() {
 }
 
 run_tests() {
-  "$work/venv/bin/pip" list 2>/dev/null | grep -i -E "^(torch|lm.eval|transformers|accelerate|datasets|safetensors|numpy|gguf|tqdm) "
+  "$work/venv/bin/pip" list 2>/dev/null | grep -i -E "^(torch|lm.eval|transformers|accelerate|datasets|safetensors|numpy|gguf|tqdm|math.verify) "
   cd "$repo"
   # Its own cache: a model folder converted by a newer transformers is not readable by an older one.
   # Two of the subset's slowest cases are left to the full suite (newest releases): sampling through continuous
   # batching on the real SmolLM2 (the cot case of the same test runs here) and beam features (the beam decoding tests
   # run here).
   LOVER_CACHE_DIR="$work/cache" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 tests/test_decoding.py \
-    tests/test_features.py tests/test_pipeline.py tests/test_model.py tests/test_bad_input.py \
+    tests/test_features.py tests/test_pipeline.py tests/test_model.py tests/test_bad_input.py tests/test_math_answers.py \
     --deselect "tests/test_decoding.py::test_continuous_batching_gives_the_branches_of_each_question_decoded_alone[sample-kw1]" \
     --deselect "tests/test_features.py::test_features_equal_full_reencode_for_padded_batched_branches[beam-None]"
 }
