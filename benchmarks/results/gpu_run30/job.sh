@@ -32,5 +32,10 @@ want vllm_sample && run vllm_sample 150 $PY -m lm_eval --model lover_vllm --mode
 want profile && run profile 120 $PY -m benchmarks.performance.loop_ab --model $M --gguf "$G" --device cuda \
   --dtype bfloat16 --questions 10 --rows 100 --max-new-tokens 128 --rounds 1 --compile --profile --profile-tokens 32 \
   --output "$O/loop_ab_$M.json"
+# If the lease has time left (On the card II, item 4; not in the default STEPS): the 1.5B on MATH-500 through lover_vllm,
+# N = 10, a budget that lets solutions finish, banked, for every selector's row with paired intervals against majority.
+want vllm_math500 && run vllm_math500 300 $PY -m lm_eval --model lover_vllm --model_args \
+  "gguf_file=$G,dtype=bfloat16,bank=$B/run30/vllm_math500.jsonl.gz" --tasks lover_math500 --limit "${MATH_Q:-500}" \
+  --apply_chat_template --log_samples --gen_kwargs max_gen_toks=1024 --output_path "$O/vllm_math500"
 kill $SMI
 step done
