@@ -11,12 +11,7 @@
 #   bash scripts/check_min_versions.sh test DIR      only test with the venv DIR holds
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-phase="${1:-all}"
-work="${2:-}"
-if [ -z "$work" ]; then
-  work="$(mktemp -d "${TMPDIR:-/tmp}/lover-min.XXXX")"
-  trap 'rm -rf "$work"' EXIT
-fi
+source "$repo/scripts/phases.sh"
 
 install() {
   python3 -m venv "$work/venv"
@@ -38,9 +33,4 @@ run_tests() {
     --deselect "tests/test_features.py::test_features_equal_full_reencode_for_padded_batched_branches[beam-None]"
 }
 
-case "$phase" in
-  install) install ;;
-  test) run_tests ;;
-  all) install && run_tests ;;
-  *) echo "check_min_versions: unknown phase '$phase' (install, test or all)" >&2; exit 2 ;;
-esac
+phases check_min_versions "$@"

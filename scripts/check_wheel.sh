@@ -8,12 +8,7 @@
 #   bash scripts/check_wheel.sh test DIR     only run the checks with the venv DIR holds
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-phase="${1:-all}"
-work="${2:-}"
-if [ -z "$work" ]; then
-  work="$(mktemp -d "${TMPDIR:-/tmp}/lover-wheel.XXXX")"
-  trap 'rm -rf "$work"' EXIT
-fi
+source "$repo/scripts/phases.sh"
 
 install() {
   "$repo/.venv/bin/python" -m pip wheel -q --no-deps -w "$work/dist" "$repo"  # setup.sh made .venv
@@ -27,7 +22,7 @@ install() {
   "$work/venv/bin/pip" check
 }
 
-run_checks() {
+run_tests() {
   wheel="$(ls "$work"/dist/lover_lmeval-*.whl)"
   rm -rf "$work/empty" && mkdir "$work/empty" && cd "$work/empty"
   export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -47,9 +42,4 @@ PY
   echo "check_wheel: ok ($(basename "$wheel"))"
 }
 
-case "$phase" in
-  install) install ;;
-  test) run_checks ;;
-  all) install && run_checks ;;
-  *) echo "check_wheel: unknown phase '$phase' (install, test or all)" >&2; exit 2 ;;
-esac
+phases check_wheel "$@"
