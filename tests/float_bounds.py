@@ -35,3 +35,20 @@ def logit_statistics_error(config, positions: int, largest_logit: float) -> floa
     relative = (decoder_relative_error(config, positions)
                 + U32 * (math.sqrt(config.hidden_size) + math.sqrt(config.vocab_size)))
     return 2 * relative * largest_logit
+
+
+def feature_tolerance(model, reference, positions: int) -> float:
+    """Absolute tolerance for two float32 computations of one model's hidden states over `positions` tokens:
+    `decoder_relative_error` of the largest value of `reference` (a tensor or a float), for each of the two sides."""
+    largest = float(reference.detach().abs().max()) if hasattr(reference, "abs") else abs(float(reference))
+    return 2 * decoder_relative_error(model.config, positions) * largest
+
+
+def statistics_tolerance(model, sequences: list[list[int]]) -> float:
+    """Absolute tolerance for two float32 computations of the next-token statistics along `sequences` (token ids):
+    `logit_statistics_error` at their longest length and largest logit, for each of the two sides."""
+    import torch
+
+    with torch.no_grad():
+        largest = max(float(model(torch.tensor([ids])).logits.abs().max()) for ids in sequences if ids)
+    return 2 * logit_statistics_error(model.config, max(map(len, sequences)), largest)
