@@ -1,16 +1,14 @@
-"""`lover_math500` through the real `lm_eval` CLI on the embedded SmolLM2: every selector's row scored by lover_match
+"""`lover_math500` through lm-eval's command line (in this process) on the embedded SmolLM2: every selector's row scored by lover_match
 with math-verify's equivalence, the test-time fit grouping answers with extract=math."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 
+import in_process
 from lover_lmeval.core.select.rows import TASK_ROWS
-from tests.test_cli_e2e import REPO, _run
 
 
 @pytest.mark.slow
@@ -18,13 +16,11 @@ def test_lm_eval_cli_runs_lover_math500(tmp_path, smollm2_dir):
     """Two MATH-500 problems, 2 branches of at most 64 tokens each (a 135M model rarely boxes an answer that soon: the
     rows' values are not the point). Every selector's row is a lover_match row; each pick is "" or a branch's stated
     answer in its group's representative (greedy's too: every math answer is marked, so a cut branch keeps it or has
-    none); pass_at_n is every row's ceiling; the fit extracted with `math`. The
-    subprocess imports this checkout's package (PYTHONPATH), not whichever copy is installed."""
+    none); pass_at_n is every row's ceiling; the fit extracted with `math`."""
     out = tmp_path / "out"
-    _run([sys.executable, "-m", "lm_eval", "--model", "lover_hf", "--model_args", "n_branches=2",
-          "--gen_kwargs", "max_gen_toks=64", "--tasks", "lover_math500", "--limit", "2", "--log_samples",
-          "--output_path", str(out)], tmp_path,
-         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    in_process.lm_eval(["--model", "lover_hf", "--model_args", "n_branches=2", "--gen_kwargs", "max_gen_toks=64",
+                        "--tasks", "lover_math500", "--limit", "2", "--log_samples", "--output_path", str(out)],
+                       tmp_path)
     (results_file,) = out.glob("*/results_*.json")
     results = json.loads(results_file.read_text())
     metrics = results["results"]["lover_math500"]
