@@ -128,6 +128,14 @@ def gsm8k_prompts(lm):
     return lm.prompts(contexts, {"until": ["Question:"], "max_gen_toks": BUDGET})
 
 
+@pytest.fixture(scope="module")
+def first_five(lm, gsm8k_prompts) -> dict[int, list]:
+    """The module engine's branches of the first 5 questions decoded in one call, decoded once for the tests that
+    compare another way of decoding them (chunks, replicas) with it."""
+    prompts, spec = gsm8k_prompts[0][:5], gsm8k_prompts[1]
+    return {decoded.q: decoded.branches for decoded in lm.vllm_engine.decode(prompts, spec)}
+
+
 def test_without_vllm_the_model_is_refused_in_one_line(tmp_path):
     """`--model lover_vllm` where vLLM cannot be imported: one line naming the extra to install, no traceback."""
     if HAS_VLLM:
@@ -364,7 +372,7 @@ def test_a_chunk_holds_four_of_the_engines_batches():
 
 
 @needs_vllm
-def test_questions_go_to_vllm_in_chunks_and_come_back_as_one_call_gives_them(lm, gsm8k_prompts):
+def test_questions_go_to_vllm_in_chunks_and_come_back_as_one_call_gives_them(lm, gsm8k_prompts, first_five):
     """5 GSM8K questions, 2 a call: cot makes two vLLM calls a chunk (the first tokens, then the continuations), so
     3 chunks are 6 calls, each question handed over once its chunk returns; the branches are those of one call for
     all 5."""
@@ -377,12 +385,11 @@ def test_questions_go_to_vllm_in_chunks_and_come_back_as_one_call_gives_them(lm,
         calls.append(len(prompts))
         return lm.vllm_engine.generate(prompts, params)
 
-    whole = list(VLLMEngine(lm.vllm_engine.generate, lm.tokenizer, lm.vllm_engine.eos_ids).decode(prompts, spec))
     chunked = VLLMEngine(counted, lm.tokenizer, lm.vllm_engine.eos_ids, chunk_questions=2)
     seen = []
     for decoded in chunked.decode(prompts, spec):
         seen.append((decoded.q, len(calls)))
-        assert decoded.branches == whole[decoded.q].branches
+        assert decoded.branches == first_five[decoded.q]
     assert calls[::2] == [2, 2, 1]  # the first-token requests: one per question of each chunk
     assert seen == [(0, 2), (1, 2), (2, 4), (3, 4), (4, 6)]  # each question as soon as its chunk's two calls return
 
@@ -435,7 +442,8 @@ def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_
 
 
 @needs_vllm
-def test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes(lm, gsm8k_prompts, smollm2_dir):
+def test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes(lm, gsm8k_prompts, smollm2_dir,
+                                                                             first_five):
     """data_parallel_size=2 on vLLM's CPU backend: two Ray actors, each one engine, started once: two decode calls
     (5 questions in chunks of 2 a replica, then 2 more) run in the same two processes, neither this one. Each question
     goes to one replica with both its CoT requests, and its branches are those the module's single engine decodes."""
@@ -455,7 +463,7 @@ def test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes(lm
         assert engine.pids() == pids and len(set(pids)) == 2 and os.getpid() not in pids
     finally:
         engine.shutdown()
-    single = {decoded.q: decoded.branches for decoded in lm.vllm_engine.decode(prompts, spec)}
+    single = first_five
     assert sorted(decoded.q for decoded in first) == list(range(5))
     for decoded in first:
         assert decoded.branches == single[decoded.q], decoded.q
