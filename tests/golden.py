@@ -15,8 +15,8 @@ with):
 Our machines are not one CPU (AMD EPYC with AVX-512 and avx512_bf16, others with AVX2 only, Intel Xeons with AVX-512
 and AMX), and PyTorch picks its float kernels by CPU (`ATEN_CPU_CAPABILITY`), so everything computed from features
 rounds differently on each. The verifiers' fits are non-convex: on 8 questions they amplify that rounding into other
-solutions, not into a slightly other float (issue 47: four supervised_cv scores 0.0016 vs 0.387 on an Intel Xeon;
-issue 54: lover_max's top_pick_share 0.25 vs 0.125 on an EPYC with AVX2 only, a value one noise draw on an EPYC with
+solutions, not into a slightly other float (four supervised_cv scores 0.0016 vs 0.387 on an Intel Xeon;
+lover_max's top_pick_share 0.25 vs 0.125 on an EPYC with AVX2 only, a value one noise draw on an EPYC with
 AVX-512 had left in place). Which values a machine moves is not found by trying machines, so the rule is by
 construction, and one place in code decides it, `value_class`:
 
@@ -66,8 +66,8 @@ TASKS = "lover_gsm8k,lover_bbh_web_of_lies"
 # Tolerances: the largest difference measured, times 2 to 4. Measured with torch 2.13.0+cpu on an AMD EPYC with
 # AVX-512 as the spread of each kind of value over (P) 40 fits of each task's banked features multiplied by
 # (1 + 1e-6 noise), in-process as `lover compare` and `lover train` fit them, under native and scalar kernels,
-# (G) the golden run under each of test_golden_perturbed.py's perturbations of issue 47 (kernels, threads, one noise
-# draw) and (N) its ten noise draws of issue 54 (1e-6 and 1e-5, five seeds), next to the earlier measurements
+# (G) the golden run under each of test_golden_perturbed.py's first perturbations (kernels, threads, one noise
+# draw) and (N) its ten noise draws (1e-6 and 1e-5, five seeds), next to the earlier measurements
 # between kernels: (A) an EPYC with AVX-512 vs one whose VM exposes AVX2 only (expected.json was written there),
 # (B) ATEN_CPU_CAPABILITY=avx2 vs =default on the latter.
 MEAN_SCORE_TOL = 0.05

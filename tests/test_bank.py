@@ -21,7 +21,7 @@ def _branches(k: int) -> list[Branch]:
 
 
 def test_records_appended_after_a_torn_one_stay_readable(tmp_path, caplog):
-    """Issue Nothing lost's reproduction: 3 records, the last torn by a kill mid-write, reopen, append q2..q5, reopen:
+    """A kill mid-write: 3 records, the last torn by a kill mid-write, reopen, append q2..q5, reopen:
     all 6 questions read back (q2's torn copy is skipped, its re-decoded copy kept), with one warning naming the
     file and the byte offset."""
     path = tmp_path / "bank.jsonl.gz"

@@ -1,4 +1,4 @@
-"""Memory at scale (issue Ranks, item 6): features stored in the model's half precision, and a fit that streams
+"""Memory at scale: features stored in the model's half precision, and a fit that streams
 questions instead of holding a float32 copy of the whole task; both must give the numbers the dense path gives."""
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 
 `test_golden.py` compares one run against `expected.json`, written on one machine. A value that a fit reaches
 chaotically (a restart chosen by a near-tie, a pick decided by one) passes there and fails on the next CPU kind
-(issue 47: four `supervised_cv` scores on an Intel Xeon; issue 54: lover_max's top_pick_share on an EPYC with AVX2
+(four `supervised_cv` scores on an Intel Xeon; lover_max's top_pick_share on an EPYC with AVX2
 only). This check looks for such values on the developer's own machine: it reruns the golden pipeline with
 
 - other float kernels: `ATEN_CPU_CAPABILITY=avx2` where torch picked AVX-512 (else `default`, the scalar ones);
 - another thread count: 1 thread where torch uses several (else 2), so reductions split differently;
 - the features multiplied by (1 + noise * standard normal) for noise 1e-6 and 1e-5 and five seeds each: the order of
   the difference between two CPUs' float32 forward passes, and ten times it. Another CPU's rounding is one more
-  draw: one draw found what it flipped on one machine (issue 54), ten find what flips on some;
+  draw: one draw found what it flipped on one machine, ten find what flips on some;
 
 and compares each run with the unperturbed one (the `golden_baseline` fixture, shared with `test_golden.py`) by the
 golden's own rules (`golden.mismatches`), listing every value that moved in any run. golden.py's rule puts every
@@ -39,7 +39,7 @@ NOISES = (1e-6, 1e-5)
 """Relative sizes of the feature perturbation: float32 rounding (6e-8) grown over the layers, and ten times that."""
 SEEDS = range(5)
 """Noise draws per size: another CPU's rounding is one more draw, so a value one draw flips is found by some draw here
-(issue 54: one draw on an AMD with AVX-512 passed a value that an AVX2-only EPYC then flipped)."""
+(one draw on an AMD with AVX-512 once passed a value that an AVX2-only EPYC then flipped)."""
 
 
 def perturbed_features(source: Path, target: Path, seed: int = 0, noise: float = NOISES[0]) -> int:

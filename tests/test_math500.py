@@ -1,5 +1,5 @@
-"""`lover_math500` through lm-eval's command line (in this process) on the embedded SmolLM2: every selector's row scored by lover_match
-with math-verify's equivalence, the test-time fit grouping answers with extract=math."""
+"""`lover_math500` through lm-eval's command line (in this process) on the embedded SmolLM2: every selector's row
+scored by lover_match with math-verify's equivalence, the test-time fit grouping answers with extract=math."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The memory plan (core/memory_plan.py) on the issue's four sizes, from the real configs' numbers, worked by hand.
+"""The memory plan (core/memory_plan.py) on four model sizes, from the real configs' numbers, worked by hand.
 
-Cards: a 24 GB card as torch reports an RTX 4090 (25,393,692,672 bytes = 23.65 GiB: the issue's 14.2 GiB share is
-0.6 of it); an 80 GB card as nvidia-smi reports an H100 (81,559 MiB = 79.65 GiB: the issue's 47.8 GiB share).
+Cards: a 24 GB card as torch reports an RTX 4090 (25,393,692,672 bytes = 23.65 GiB: a 14.2 GiB share is
+0.6 of it); an 80 GB card as nvidia-smi reports an H100 (81,559 MiB = 79.65 GiB: a 47.8 GiB share).
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def test_a_long_context_is_refused_with_the_max_model_len_that_fits():
 
 
 def test_memory_held_by_another_process_is_named():
-    """The issue's second run: 0.6 x 23.65 GiB asked while 10 GiB is free: vLLM would refuse its share. Refused, with
-    the utilization that fits the free memory (10 / 23.65 = 0.42)."""
+    """A share larger than the free memory: 0.6 x 23.65 GiB asked while 10 GiB is free: vLLM would refuse its
+    share. Refused, with the utilization that fits the free memory (10 / 23.65 = 0.42)."""
     p = plan(QWEN_1_5B, 1, CARD_24GB, free_bytes=10 * GiB, phase_utilization=0.6)
     assert p.mode == "refused"
     assert "10.0 GiB is free" in p.reason and "gpu_memory_utilization=0.42 or less" in p.reason

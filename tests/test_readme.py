@@ -29,7 +29,7 @@ import pytest
 from tests.conftest import REPO
 
 README = REPO / "README.md"
-MAX_LINES = 160  # the "about 150", with room for the generated leaderboard table
+MAX_LINES = 160  # about 150 lines of prose, with room for the generated leaderboard table
 DOC_PAGES = ("usage.md", "operations.md", "method.md", "findings.md", "architecture.md")
 OUTPUT_FLAGS = {"--output_path", "-o", "--out"}  # their values are written, not read: they need not exist yet
 

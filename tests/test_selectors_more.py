@@ -1,4 +1,4 @@
-"""The selectors of issue Selectors II on hand-made branches: inverse-entropy voting, Soft Self-Consistency's min, RPC
+"""The 2025 selectors on hand-made branches: inverse-entropy voting, Soft Self-Consistency's min, RPC
 (its pruning by hand-fixed mixtures, its vote, its fit against a slow reference and against the authors' scipy
 optimiser where scipy is installed)."""
 

@@ -85,8 +85,9 @@ def test_retraining_from_the_bank_decodes_nothing_and_checkpoints_refuse_other_l
 def test_one_sided_flags_fits_that_call_every_branch_false_or_true():
     from lover_lmeval.core.verify.scoring import one_sided
 
-    """Per question, on what selection sees: the held-out fit of the issue (highest score 0.258, median 0.067) calls
-    every answer false; 19 of 20 questions without a branch above 0.5 = 95% -> flagged, 18 of 20 = 90% -> not."""
+    """Per question, on what selection sees: a held-out fit that calls no branch true (highest score 0.258,
+    median 0.067) calls every answer false; 19 of 20 questions without a branch above 0.5 = 95% -> flagged, 18 of
+    20 = 90% -> not."""
     held_out = [np.array([0.258, 0.067, 0.01]), np.array([0.067, 0.002])]
     assert one_sided(held_out) == "false"
     assert one_sided([np.array([0.99, 0.6]), np.array([0.97, 0.51])]) == "true"

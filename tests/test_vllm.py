@@ -55,7 +55,7 @@ def root_error(stderr: str) -> str:
 def probe_verdict(returncode: int, stderr: str) -> tuple[str, str] | None:
     """None for a start that worked; ("skip", why) for one this CPU's instruction set stopped (SIGILL, or a root
     error naming the instruction set); ("fail", why) for every other failure, which must fail the tests, not hide
-    behind a skip (issue 54: a probe that failed while another engine held memory skipped the agreement tests)."""
+    behind a skip (a probe that failed while another engine held memory once skipped the agreement tests)."""
     if returncode == 0:
         return None
     error = root_error(stderr)
@@ -92,7 +92,7 @@ def _needs_the_engine() -> None:
 
 def test_the_probe_skips_only_for_a_missing_instruction_set():
     """Hand-made stderr of failed starts: SIGILL (exit -4 or 132) and a root error naming AVX-512 skip; CI's case
-    (issue 54), an engine error followed by a resource_tracker warning, fails and quotes the engine's error, not the
+    (a real one), an engine error followed by a resource_tracker warning, fails and quotes the engine's error, not the
     warning; a start that worked gives None."""
     warning = "/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There " \
               "appear to be 1 leaked semaphore objects\n  warnings.warn('resource_tracker: There appear to be %d '"

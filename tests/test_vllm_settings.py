@@ -15,9 +15,9 @@ from lover_lmeval.harness.vllm_settings import (HF_ENGINE_ARGS, VLLM_MAX_LOGPROB
                                                 refuse_hf_engine_args)
 from lover_lmeval.harness.vllm_start import OutputTail, root_cause, start_error
 
-#: the lines a failed start logged on a 10.84 GiB CPU machine (the issue's second run), as vLLM's engine process
-#: prefixes them
-ISSUE_LOG = [
+#: the lines a failed start logged on a 10.84 GiB CPU machine (a max_model_len too long for it), as vLLM's engine
+#: process prefixes them
+FAILED_START_LOG = [
     "(EngineCore pid=4242) INFO 05-02 10:01:02 [cpu_worker.py:252] Auto set (0.28/10.84) GiB for KV cache on node 0, "
     "with 2.17 GiB requested memory for the worker. 1.89 GiB memory was consumed by non-kv usages.",
     "(EngineCore pid=4242) ERROR 05-02 10:01:02 [core.py:1510] EngineCore failed to start.",
@@ -29,7 +29,7 @@ ISSUE_LOG = [
 ]
 
 
-def test_the_batching_args_named_by_the_issue_are_lover_hfs():
+def test_lover_hfs_batching_args_are_listed_as_hf_only():
     assert {"max_rows", "sync_every", "static_cache", "compile_step"} <= set(HF_ENGINE_ARGS)
 
 
@@ -88,12 +88,12 @@ def test_overrides_and_kv_cache_dtype_join_the_bank_key():
         model_changes({}, {"hf_overrides": "rope"})
 
 
-def test_the_root_cause_of_the_issues_failed_start_is_one_line_with_its_fix():
-    """The issue's start: vLLM's own error and its KV report, then the fix with the numbers: max_model_len 8192 of
-    SmolLM2 in float32 is 2 x 30 x 3 x 64 x 4 = 46,080 bytes a token x 8192 = 0.35 GiB of KV."""
+def test_a_start_short_of_kv_memory_says_its_root_cause_in_one_line_with_its_fix():
+    """A start short of KV memory: vLLM's own error and its KV report, then the fix with the numbers:
+    max_model_len 8192 of SmolLM2 in float32 is 2 x 30 x 3 x 64 x 4 = 46,080 bytes a token x 8192 = 0.35 GiB of KV."""
     plan = MemoryPlan(538_060_032, 46_080, 8192, GiB, "cpu", 1, 11_639_000_000, 0.2)
     error = start_error(RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): "
-                                     "{}"), ISSUE_LOG, "smollm2", {"gpu_memory_utilization": 0.2}, plan)
+                                     "{}"), FAILED_START_LOG, "smollm2", {"gpu_memory_utilization": 0.2}, plan)
     message = str(error)
     assert "\n" not in message and "See root cause above" not in message
     assert message.startswith("vLLM could not start smollm2: ValueError: To serve at least one request with the "
