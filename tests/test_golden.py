@@ -37,8 +37,9 @@ def test_mismatches_allow_float_noise_and_chaos_and_catch_every_moved_outcome():
     right -> wrong and its accuracy 0.375 -> 0.25 (an Intel Xeon's chaotic cross-fit). Fail, each named by its
     path: majority's pick flipped and its accuracy 0.25 -> 0.25 + 1e-9 (bank: exact), a changed answer, a lover
     score 1.2 (outside [0, 1]), a supervised_cv score NaN, supervised_cv_max's question count 8 -> 7 (a count:
-    exact), a mean score 0.45 -> 0.52 (> 0.05), a tensor rms moved by 4% of itself (> TENSOR_TOL 3%), lover_max's accuracy 0.125 -> 0.5 (> 0.25), a wide rank
-    check's sign flipped (0.6 -> -0.4) and a test-time fit's final loss 0.170 -> 0.5 (> 0.25)."""
+    exact), a mean score 0.45 -> 0.52 (> 0.05), a tensor rms moved by 4% of itself (> TENSOR_TOL 3%), lover_max's
+    accuracy 0.125 -> 0.5 (> 0.25), a wide rank check's sign flipped (0.6 -> -0.4) and a test-time fit's final loss
+    0.170 -> 0.5 (> 0.25)."""
     expected = {
         "branches": [{"answer": "252", "right": False, "tokens": 231, "confidence": 0.93575, "lover": 0.03646,
                       "trained": 0.03646, "supervised_cv": 0.38725}],
