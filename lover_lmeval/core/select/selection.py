@@ -211,17 +211,21 @@ def check_strategy(strategy: str) -> None:
         raise ValueError(f"lover_select strategy={strategy!r} is unknown; use one of {', '.join(STRATEGIES)}.")
 
 
-def select(result, strategy: str, extract: Callable, gold: str | None = None, verifier: str = "lover") -> str:
-    """Apply one strategy to one lover_hf result (or a plain string, treated as a single branch)."""
-    check_strategy(strategy)
+def question_of(result, extract: Callable, gold: str | None = None, verifier: str = "lover") -> Question:
+    """What a strategy sees of one lover_hf result (or a plain string, treated as a single branch)."""
     branches = getattr(result, "branches", None)
     if not branches:
-        answers = [extract(str.__str__(result))]
-        return STRATEGIES[strategy](Question(result, answers, verifier, gold, extract=extract))
+        return Question(result, [extract(str.__str__(result))], verifier, gold, extract=extract)
     answers = stated_answers(extract, branches)
     # branch 0's stated answer, in its group's representative; read again only where the cut-branch rule dropped it
     first = answers[0] if answers[0] is not None else extract(branches[0].text)
-    return STRATEGIES[strategy](Question(result, answers, verifier, gold, first=first, extract=extract))
+    return Question(result, answers, verifier, gold, first=first, extract=extract)
+
+
+def select(result, strategy: str, extract: Callable, gold: str | None = None, verifier: str = "lover") -> str:
+    """Apply one strategy to one lover_hf result (or a plain string, treated as a single branch)."""
+    check_strategy(strategy)
+    return STRATEGIES[strategy](question_of(result, extract, gold, verifier))
 
 
 def pick_branch(result, strategy: str, extract: Callable, verifier: str = "lover") -> int:
@@ -230,6 +234,8 @@ def pick_branch(result, strategy: str, extract: Callable, verifier: str = "lover
     answer as `extract` reads it, so the chain scores each alike); branch 0 when no branch states an answer."""
     if strategy == "greedy" or not getattr(result, "branches", None):
         return 0
-    value = select(result, strategy, extract, None, verifier)
-    members = answer_members([a.value if a is not None else None for a in stated_answers(extract, result.branches)])
+    check_strategy(strategy)
+    question = question_of(result, extract, None, verifier)  # the branches' answers read once, for both steps
+    value = STRATEGIES[strategy](question)
+    members = answer_members([a.value if a is not None else None for a in question.answers])
     return members[value][0] if value in members else 0
