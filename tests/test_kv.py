@@ -47,3 +47,36 @@ def test_a_narrower_joining_row_is_padded_and_nothing_is_trimmed_while_every_col
     assert batch.cache.layers[0].keys[:, 0, :, 0].tolist() == [[1, 2, 3], [0, 0, 4]]
     assert batch.mask.tolist() == [[1, 1, 1], [0, 0, 1]]
     assert batch.can_extend()
+
+
+def test_column_buffer_steps_hold_what_concatenation_holds_through_leaves_joins_and_refills():
+    """The same steps on a RowBatch (its layer a `ColumnBuffer`) and on a plain `DynamicLayer` that concatenates:
+    after every step the keys and values are equal, element for element, while rows leave (`select`), a row joins
+    (`extend`, which trims and pads) and the spare columns run out (the 20-column join holds 20 + 1 + `SPARE`
+    columns, full after 65 more steps: the buffer is remade).
+    Steps between those write in place: the keys stay views of one buffer."""
+    from transformers.cache_utils import DynamicLayer
+
+    from lover_lmeval.core.decode.kv import ColumnBuffer
+
+    torch.manual_seed(0)
+    batch = _batch([[1, 2], [3, 4, 5], [6]], width=3)
+    plain = DynamicLayer()
+    plain.update(batch.cache.layers[0].keys.clone(), batch.cache.layers[0].values.clone())
+    layer = batch.cache.layers[0]
+    assert type(layer) is ColumnBuffer and batch.can_extend()
+    pointers = set()
+    for step in range(80):
+        if step == 5:  # a row leaves: both keep rows 0 and 2
+            batch.select([0, 2])
+            plain.batch_select_indices(torch.tensor([0, 2]))
+        if step == 9:  # a row of another width joins; RowBatch trims and pads, the reference takes its result
+            batch.extend(_batch([[7.0] * 20], width=20))
+            plain.keys, plain.values = layer.keys.clone(), layer.values.clone()
+        rows = layer.keys.shape[0]
+        new_keys, new_values = torch.randn((rows, 1, 1, 1)), torch.randn((rows, 1, 1, 1))
+        keys, values = batch.cache.update(new_keys, new_values, 0)
+        expected_keys, expected_values = plain.update(new_keys, new_values)
+        assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values)
+        pointers.add(keys.data_ptr())
+    assert len(pointers) == 4  # made at the first step, after the leave and the join, and once the spare ran out
