@@ -93,7 +93,9 @@ def test_lover_compare_refuses_a_metric_it_cannot_read(tmp_path, monkeypatch):
     assert "metric: lover_match" in message
     (folder / "my_arith.yaml").write_text(readme_yaml())  # as written: lover_match
     task = TaskManager(include_path=str(folder), include_defaults=False).load(["my_arith"])["tasks"]["my_arith"]
-    assert check_task(task) == ("number", "lover_match", "number")  # extractor, metric, the metric's gold extractor
+    reading = check_task(task)
+    assert (reading.extract, reading.metric, reading.gold_extract) == ("number", "lover_match", "number")
+    assert (reading.prefix, reading.normalise) == ("", None)  # a lover_select task's rows, its targets as they are
 
 
 def test_compare_reads_the_gold_answer_as_the_metric_does():

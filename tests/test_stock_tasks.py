@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from lm_eval.tasks import TaskManager
@@ -167,6 +168,38 @@ def test_stock_gsm8k_and_bbh_get_every_selector_row_and_greedy_equals_hf(stock, 
     assert lover["get-answer"] == hf["get-answer"] == lover["greedy"]
     assert {"majority", "lover_max", "self_certainty"} <= set(lover)
     assert "gave no answer the 'number' extractor" not in done.stderr
+    _opens_in_lover_view(tmp_path / "lover", tmp_path)
+
+
+def _opens_in_lover_view(out: Path, cwd: Path) -> None:
+    """`lover view` on the stock run, in another process than the run's (here: after it, with the run's chain
+    extractors rebuilt from the results file): each row's accuracy is lm-eval's, each question's gold answer is the
+    target as exact_match normalises it, and each branch's answer is what the task's first chain reads in its text."""
+    from test_view import page_data
+
+    from lover_lmeval.core.select.answers import TASK_EXTRACTORS, get_extractor
+    from lover_lmeval.harness.stock_rows import metric_normaliser
+
+    TASK_EXTRACTORS.clear()  # what the run registered: the page must rebuild it from the results file
+    in_process.lover(["view", str(out)], cwd)
+    data = page_data(out / "lover_view.html")
+    results = json.loads(next(out.rglob("results_*.json")).read_text(encoding="utf-8"))
+    tasks = {task["name"]: task for task in data["tasks"]}
+    assert set(tasks) == {"gsm8k_cot", "bbh_cot_fewshot_boolean_expressions"}
+    task = tasks["gsm8k_cot"]
+    assert task["extract"] == "gsm8k_cot/strict-match"
+    assert {row["name"]: row["acc"] for row in task["rows"]} == {
+        key.split(",")[1]: value for key, value in results["results"]["gsm8k_cot"].items()
+        if key.startswith("exact_match,")}
+    samples = [json.loads(line) for line in next(out.rglob("samples_gsm8k_cot_*.jsonl")).read_text().splitlines()]
+    normalise = metric_normaliser(SimpleNamespace(config=SimpleNamespace(**results["configs"]["gsm8k_cot"])))
+    strict = get_extractor("gsm8k_cot/strict-match")
+    for sample in samples:
+        question = next(q for q in task["questions"] if q["d"] == sample["doc_id"])
+        assert question["g"] == normalise(sample["target"])
+        texts = json.loads(sample["resps"][0][0])["texts"]
+        assert [b[0] for b in question["b"]] == texts
+        assert [b[1] for b in question["b"]] == [a.value if (a := strict(t)) else None for t in texts]
 
 
 @pytest.mark.slow
@@ -225,3 +258,37 @@ def test_stock_self_consistency_is_one_question_with_repeats_branches(stock, tmp
     samples = _samples(out, "gsm8k_cot_self_consistency")
     assert {"maj@64", "maj@8", "score-first", "majority", "lover_sum"} <= set(samples)
     assert samples["score-first"] == samples["greedy"]
+
+
+def test_lover_compare_reads_a_stock_task_by_its_first_chain_and_refuses_one_it_cannot_group(tasks):
+    """gsm8k_cot: grouped by strict-match (its first chain), its rows paired under `strict-match/`, the gold answer
+    normalised as its exact_match normalises ("#### 1,000" -> "1000"); hendrycks_math500 (process_results, no chain)
+    is refused before any model loads, naming the task and the fix, unless extract= is named."""
+    from lover_lmeval.apps.samples import TaskNotComparable, check_task
+
+    reading = check_task(tasks["gsm8k_cot"])
+    assert (reading.extract, reading.metric, reading.prefix) == ("gsm8k_cot/strict-match", "exact_match",
+                                                                  "strict-match/")
+    assert reading.normalise("Natalia sold 1,000 clips. #### 1,000") == "1000"
+    assert check_task(tasks["bbh_cot_fewshot_boolean_expressions"]).prefix == ""
+    with pytest.raises(TaskNotComparable, match="task hendrycks_math500: .*extract="):
+        check_task(tasks["hendrycks_math500"])
+    assert check_task(tasks["hendrycks_math500"], "math").extract == "math"
+
+
+@pytest.mark.slow
+def test_lover_compare_on_a_stock_task_pairs_the_rows_of_the_chain_it_groups_by(stock, tmp_path):
+    """`lover compare --tasks gsm8k_cot` (lm-eval's YAML): the leaderboard has the task's own rows and both chains'
+    selector rows as lm-eval scored them, the paired differences of strict-match/lover_sum against strict-match's
+    majority and cot_sum, and the references (avg@3, pass@k, maj@k) over the same branches."""
+    out = tmp_path / "compare"
+    in_process.lover(["compare", "--model_args", "n_branches=3", "--tasks", "gsm8k_cot", "--include_path", str(stock),
+                      "--limit", "2", "--gen_kwargs", "max_gen_toks=32", "--n_boot", "200", "--cv_folds", "0",
+                      "--out", str(out)], tmp_path)
+    entry = json.loads((out / "leaderboard.json").read_text(encoding="utf-8"))["tasks"]["gsm8k_cot"]
+    assert entry["extract"] == "gsm8k_cot/strict-match"
+    assert {"strict-match", "flexible-extract", "strict-match/majority", "flexible-extract/lover_sum"} <= set(
+        entry["rows"])
+    assert set(entry["paired"]) == {"majority", "cot_sum"}
+    assert "avg@3" in entry["references"]
+    assert (out / "per_question.jsonl").read_text().count("\n") == 2

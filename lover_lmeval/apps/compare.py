@@ -40,7 +40,7 @@ from ..harness.model import LoverLM
 from .diagnostics import accuracy_vs_n, branch_records, cross_fit_supervised, diagnose, layer_sweep, pick_shares
 from .leaderboard import render_diagnostics, render_markdown
 from .plots import plot_curves
-from .samples import check_task, table_from_samples, tagged_rows, verifier_rows
+from .samples import TaskReading, check_task, table_from_samples, tagged_rows, verifier_rows
 from .settings import CompareSettings
 
 @dataclass
@@ -49,8 +49,8 @@ class Comparison:
 
     settings: CompareSettings
     manager: TaskManager
-    checked: dict[str, tuple[str, str, str | None]]
-    """Per task: its extractor, metric and the metric's gold extractor (check_task)."""
+    checked: dict[str, TaskReading]
+    """Per task: how its answers and scores are read (check_task)."""
     lm: LoverLM
     """One model for every task; the layer sweep re-reads its weights after lm-eval is done."""
     layers: list[int]
@@ -105,7 +105,8 @@ def report_header(settings: CompareSettings, lm: LoverLM, metas: dict[str, dict]
 def setup(settings: CompareSettings) -> Comparison:
     manager = TaskManager(include_path=settings.include_path)
     # Every task's extractor and metric, before the model loads: a metric read only after decoding ended the run there
-    checked = {task: check_task(manager.load([task])["tasks"][task]) for task in settings.tasks}
+    user_extract = simple_parse_args_string(settings.model_args).get("extract")
+    checked = {task: check_task(manager.load([task])["tasks"][task], user_extract) for task in settings.tasks}
     settings.out.mkdir(parents=True, exist_ok=True)
     lm = load_model(settings)
     layers = [check_layer(layer, lm.model.config.num_hidden_layers) for layer in settings.layers]
@@ -167,12 +168,14 @@ def fit_checks(run: Comparison, task: str) -> dict:
 
 def compare_task(run: Comparison, task: str) -> TaskOutcome:
     """One task through lm-eval, and every row, interval, curve and diagnostic derived from its results."""
-    extract_name, metric, gold_extract = run.checked[task]
+    reading = run.checked[task]
+    extract_name, metric, prefix = reading.extract, reading.metric, reading.prefix
     extract = get_extractor(extract_name)
     samples = simple_evaluate(model=run.lm, tasks=[task], limit=run.settings.limit, log_samples=True,
                               task_manager=run.manager, gen_kwargs=run.settings.gen_kwargs or None,
                               apply_chat_template=run.settings.apply_chat_template)["samples"][task]
-    table, results, gold, doc_ids = table_from_samples(samples, extract, metric, gold_extract)
+    table, results, gold, doc_ids = table_from_samples(samples, extract, metric, reading.gold_extract,
+                                                       reading.normalise)
     table = {run.renamed.get(row, row): correct for row, correct in table.items()}
     shares = {run.renamed.get(row, row): share for row, share in pick_shares(samples).items()}
     more_rows, diagnostics, scored = more_verifiers(run, results, gold, extract_name)
@@ -180,9 +183,10 @@ def compare_task(run: Comparison, task: str) -> TaskOutcome:
     branches = [json.dumps(r) for r in branch_records(task, doc_ids, results, gold, extract, scored)]
     rows = interval_rows(run, task, table, shares)
     references = interval_rows(run, task, reference_rows(results, gold, extract), {})
-    paired = {base: paired_bootstrap(table[run.lover_sum], table[base], run.settings.n_boot,
-                                   run.rng(task, run.lover_sum, base))
-              for base in ("majority", "cot_sum") if base in table and run.lover_sum in table}
+    lover_sum = prefix + run.lover_sum  # a stock task's rows of the chain its answers are grouped by
+    paired = {base: paired_bootstrap(table[lover_sum], table[prefix + base], run.settings.n_boot,
+                                   run.rng(task, lover_sum, prefix + base))
+              for base in ("majority", "cot_sum") if prefix + base in table and lover_sum in table}
     distinct = float(np.mean([n_answer_groups([a.value if a else None for a in stated_answers(extract, r.branches)])
                               for r in results]))
     # on the model's device; the curve's last point reuses the test-time fit where its inputs are the same

@@ -3,6 +3,9 @@ samples read as per-strategy 0/1 rows over questions (scored as the task's metri
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 from lm_eval.api.registry import DEFAULT_METRIC_REGISTRY
 
@@ -46,14 +49,45 @@ def task_metric(task) -> tuple[str, str | None]:
         f"`metric: exact_match` (targets already in the extractor's normal form) in the task's metric_list.")
 
 
-def check_task(task) -> tuple[str, str, str | None]:
-    """The task's extractor, metric and the metric's gold extractor (task_metric), or TaskNotComparable naming what
-    is wrong: what `compare` checks of every task before any model loads or decodes."""
+@dataclass(frozen=True)
+class TaskReading:
+    """How `lover compare` reads one task's answers and scores (check_task)."""
+
+    extract: str
+    """The extractor that groups the branches' answers (a stock task's: its first chain's, harness/stock_rows.py)."""
+    metric: str
+    """The metric whose per-sample value is each row's 0/1 (READABLE_METRICS)."""
+    gold_extract: str | None
+    """The extractor the metric reads the gold answer with (task_metric)."""
+    prefix: str = ""
+    """Before each selector's name in the task's rows: a stock task with several chains names its rows
+    `<chain>/<selector>`, and compare pairs those of the chain it groups by."""
+    normalise: Callable[[str], str] | None = None
+    """A stock task's exact_match normalisation of the gold answer, as lm-eval scores its rows (None: none)."""
+
+
+def has_lover_select(task) -> bool:
+    return any(step.get("function") == "lover_select" for entry in (task.config.filter_list or [])
+               for step in entry.get("filter", []))
+
+
+def check_task(task, user_extract: str | None = None) -> TaskReading:
+    """How compare reads the task (TaskReading), or TaskNotComparable naming what is wrong: what `compare` checks of
+    every task before any model loads or decodes. A task with lover_select filters names its extractor there; a stock
+    task (none) is grouped as lover_hf groups it (harness/stock_rows.py: `user_extract`, the model_args' extract=,
+    else its first chain that reads an answer from the text)."""
+    if not has_lover_select(task) and getattr(task.config, "output_type", None) == "generate_until":
+        from ..harness.stock_rows import metric_normaliser, plan_task
+
+        plan = plan_task(task, user_extract)
+        if plan.fit_extract is None:
+            raise TaskNotComparable(f"lover compare: {plan.why_none.removeprefix('lover: ')}")
+        return TaskReading(plan.fit_extract, *task_metric(task), plan.groupings[0][0], metric_normaliser(task))
     try:
         extract_name = task_extractor(task)
     except ValueError as error:
         raise TaskNotComparable(f"lover compare: {error}") from None
-    return extract_name, *task_metric(task)
+    return TaskReading(extract_name, *task_metric(task))
 
 
 def metric_gold(target, gold_extract: str | None) -> str:
@@ -77,10 +111,12 @@ def verifier_rows(results: list, gold: list[str], extract, verifier: str, prefix
             for reduce in ("max", "sum")}
 
 
-def table_from_samples(samples: list[dict], extract, metric: str = "exact_match", gold_extract: str | None = None
+def table_from_samples(samples: list[dict], extract, metric: str = "exact_match", gold_extract: str | None = None,
+                       normalise: Callable[[str], str] | None = None
                        ) -> tuple[dict[str, np.ndarray], list, list[str], list[int]]:
     """Per-strategy 0/1 correctness over questions (sorted by doc_id) from lm-eval's logged samples, as `metric`
-    scored them; the results, the gold answers as `metric` reads them (metric_gold), the doc_ids."""
+    scored them; the results, the gold answers as `metric` reads them (metric_gold, then `normalise`: a stock task's
+    exact_match normalisation), the doc_ids."""
     by_filter: dict[str, dict[int, float]] = {}
     results, targets = {}, {}
     for sample in samples:
@@ -89,7 +125,8 @@ def table_from_samples(samples: list[dict], extract, metric: str = "exact_match"
                                     f"{sample.get('metrics')}; name the task's metric in its metric_list.")
         by_filter.setdefault(sample["filter"], {})[sample["doc_id"]] = float(sample[metric])
         results[sample["doc_id"]] = sample["resps"][0][0]
-        targets[sample["doc_id"]] = metric_gold(sample["target"], gold_extract)
+        gold = metric_gold(sample["target"], gold_extract)
+        targets[sample["doc_id"]] = normalise(gold) if normalise is not None else gold
     ids = sorted(results)
     table = {name: np.array([rows[i] for i in ids]) for name, rows in by_filter.items()}
     ordered = [results[i] for i in ids]

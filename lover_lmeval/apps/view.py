@@ -117,6 +117,24 @@ def _task_stub(task: str, config: dict) -> SimpleNamespace:
                                                   output_type=config.get("output_type")))
 
 
+def stock_grouping(task: str, config: dict, model_args, fit: dict | None):
+    """(extractor name, the metric's normalisation) of a stock task (harness/stock_rows.py): the extractor the run's
+    fit names, else the one the run's plan would group by (the user's `extract=`, else the task's first chain), its
+    chains rebuilt from the results file's config and registered here; SystemExit naming the task when the run could
+    not group its answers (it has its own rows only)."""
+    from ..harness.stock_rows import metric_normaliser, plan_task, task_from_config
+
+    try:
+        rebuilt = task_from_config(task, config)
+    except ValueError as error:
+        raise SystemExit(f"lover view: {error}") from None
+    plan = plan_task(rebuilt, model_args_of(model_args).get("extract"))
+    extract = (fit or {}).get("extract") or plan.fit_extract
+    if extract is None:
+        raise SystemExit(f"lover view: {plan.why_none.removeprefix('lover: ')}, so the page cannot group them either")
+    return extract, metric_normaliser(rebuilt)
+
+
 def lm_eval_task(task: str, samples_file: Path, results: dict):
     """One task of an lm-eval run: its rows' 0/1 per question as its metric scored them (samples.table_from_samples),
     each filter's pick, the prompts and each question's logged LoverResult (texts, finish reasons, scores)."""
@@ -125,15 +143,18 @@ def lm_eval_task(task: str, samples_file: Path, results: dict):
     from .view_page import TaskInput
 
     samples = read_samples(samples_file)
-    stub = _task_stub(task, results.get("configs", {}).get(task, {}))
+    config = results.get("configs", {}).get(task, {})
+    stub = _task_stub(task, config)
     fit = results.get("config", {}).get("lover", {}).get("test_time_fits", {}).get(task)
+    normalise = None
     try:
         extract = task_extractor(stub)
-    except ValueError:  # a stock task scored from lover_hf's greedy string: the run's fit names the extractor
-        extract = (fit or {}).get("extract", "number")
+    except ValueError:  # a stock task: its branches grouped by its own chains, as the run grouped them
+        extract, normalise = stock_grouping(task, config, results.get("config", {}).get("model_args"), fit)
     try:
         metric, gold_extract = task_metric(stub)
-        table, logged, gold, ids = table_from_samples(samples, get_extractor(extract), metric, gold_extract)
+        table, logged, gold, ids = table_from_samples(samples, get_extractor(extract), metric, gold_extract,
+                                                      normalise)
         logged = [json.loads(text) for text in logged]
     except TaskNotComparable as refusal:
         raise SystemExit(f"lover view: {refusal}") from None

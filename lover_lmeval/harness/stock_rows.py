@@ -22,7 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
+from types import SimpleNamespace
+
 from lm_eval.api.filter import Filter, FilterEnsemble
+from lm_eval.filters import build_filter_ensemble
 from lm_eval.filters.selection import MajorityVoteFilter, TakeFirstFilter, TakeKFilter
 
 from ..core.select.answers import TASK_EXTRACTORS, Answer, get_extractor
@@ -197,6 +200,23 @@ def plan_task(task, user_extract: str | None) -> StockPlan:
                                      "grouped from their text: its own rows only (branch 0), no selector rows and no "
                                      "test-time fit; pass extract=number|choice|yes_no|true_false in --model_args to "
                                      "group them")
+
+
+def task_from_config(name: str, config: dict):
+    """A stock task's parts `plan_task` reads (its chains, its metric), rebuilt from its config as lm-eval's results
+    file keeps it, so a reader in another process (`lover view`) groups the branches as the run did. ValueError when a
+    chain names a filter this lm-eval does not register (a custom `!function` filter is kept only as text)."""
+    try:
+        chains = [build_filter_ensemble(entry["name"], [(step["function"], {k: v for k, v in step.items()
+                                                                            if k != "function"})
+                                                        for step in entry["filter"]])
+                  for entry in config.get("filter_list") or []]
+    except KeyError as unknown:
+        raise ValueError(f"task {name}: its filter chain names {unknown}, which this lm-eval does not register (a "
+                         "custom filter is kept in the results file only as text)") from None
+    if not chains:  # lm-eval's own chain of a task without filters (ConfigurableTask.__init__)
+        chains = [build_filter_ensemble("none", [("take_first", None)])]
+    return SimpleNamespace(_filters=chains, config=SimpleNamespace(task=name, metric_list=config.get("metric_list")))
 
 
 def add_rows(plan: StockPlan, rows: list[str], verifier: str = "lover") -> None:
