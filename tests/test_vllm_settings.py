@@ -11,8 +11,8 @@ import pytest
 
 from lover_lmeval.core.memory_plan import GiB, MemoryPlan
 from lover_lmeval.harness.model_args import LoverUsageError
-from lover_lmeval.harness.vllm_settings import (HF_ENGINE_ARGS, VLLM_MAX_LOGPROBS, cap_logprobs, model_changes,
-                                                refuse_hf_engine_args)
+from lover_lmeval.harness.vllm_settings import (HF_ENGINE_ARGS, VLLM_MAX_LOGPROBS, cap_logprobs,
+                                                check_planned_branches, model_changes, refuse_hf_engine_args)
 from lover_lmeval.harness.vllm_start import OutputTail, root_cause, start_error
 
 #: the lines a failed start logged on a 10.84 GiB CPU machine (a max_model_len too long for it), as vLLM's engine
@@ -117,3 +117,18 @@ def test_the_engines_processes_output_is_forwarded_and_its_tail_kept(capfd):
     assert "INFO starting" in out and "ValueError: boom" in err
     print("after")  # this process writes to its own stdout again
     assert capfd.readouterr().out == "after\n"
+
+
+class _Request:
+    def __init__(self, task: str):
+        self.task_name = task
+
+
+def test_a_tasks_repeats_above_the_n_the_engine_started_for_are_refused_naming_the_fix():
+    """An engine started for n_branches=10 serves a repeats-8 task (8 <= 10) and refuses gsm8k_cot_self_consistency's
+    64 before decoding, naming the task and n_branches=64 (vLLM's max_logprobs and the memory plan were sized for 10
+    when the model loaded)."""
+    check_planned_branches(10, [_Request("boolq_rep8")], [8])
+    with pytest.raises(LoverUsageError, match=r"task gsm8k_cot_self_consistency has repeats: 64.*started for "
+                                              r"n_branches=10.*pass n_branches=64"):
+        check_planned_branches(10, [_Request("lover_gsm8k"), _Request("gsm8k_cot_self_consistency")], [10, 64])

@@ -72,6 +72,10 @@ class LoverRequests:
         """Called once the requests are checked, before any group is run: (contexts, generation kwargs) per group.
         lover_vllm's phases decode them all here (harness/vllm_phases.py)."""
 
+    def check_branches(self, questions: list, n_of: list[int]) -> None:
+        """Called before decoding with each question's N (a task's repeats can set it): refuse what the engine cannot
+        serve (lover_vllm: more branches than it started for)."""
+
     def after_decoding(self) -> None:
         """Called once every group's questions are complete, before the fit (lover_vllm's phases discard what they
         staged)."""
@@ -177,6 +181,7 @@ class LoverRequests:
                                                      adopt="extract" not in self.explicit, tasks=tasks)
             check_requests(requests, config.decoding, self.explicit, self.max_gen_toks)
             n_of = [repeats.branches_for(q, config.decoding.n_branches, self.explicit) for q in questions]
+            self.check_branches(questions, n_of)
             plans, rows = self.plan_rows(tasks, scored)
         extracts.update({plan.name: plan.fit_extract for plan in plans if plan.fit_extract is not None})
         unfitted = {plan.name for plan in plans if plan.fit_extract is None}

@@ -29,7 +29,8 @@ from .vllm_engine import VLLMEngine, chunk_size
 from .vllm_memory import PLACEMENTS, plan_memory
 from .vllm_phases import decode_first, discard_staged, meta_copy
 from .vllm_replicas import ReplicaEngine
-from .vllm_settings import ModelChanges, cap_logprobs, model_changes, refuse_hf_engine_args
+from .vllm_settings import (ModelChanges, cap_logprobs, check_planned_branches, model_changes,
+                            refuse_hf_engine_args)
 from .vllm_start import OutputTail, start_error
 
 try:
@@ -192,6 +193,9 @@ class LoverVLLM(LoverRequests, VLLM):
     def load_copy(self):
         """The HF copy that reads the branches, loaded (`_features_model`)."""
         return self._features_model(*self._copy_args)
+
+    def check_branches(self, questions: list, n_of: list[int]) -> None:
+        check_planned_branches(self.pipeline.config.decoding.n_branches, questions, n_of)
 
     def before_decoding(self, groups: list[tuple[list[str], dict]]) -> None:
         """In phases: every group decoded by vLLM first, the engine freed, the HF copy loaded (vllm_phases.py)."""

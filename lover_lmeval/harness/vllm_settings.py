@@ -49,6 +49,20 @@ def cap_logprobs(vllm_args: dict, n_branches: int) -> None:
                               "drop it (lover_vllm then sets it).")
 
 
+def check_planned_branches(planned: int, questions, n_of: list[int]) -> None:
+    """A task's `repeats: K` asks K branches a question (harness/repeats.py), but lover_vllm started its engine for
+    model_args' n_branches, before any task was read: vLLM's max_logprobs (CoT-decoding's first step) and the memory
+    plan (the HF copy's pass over N branches) are sized for it. More than that is refused before decoding, naming
+    the task and the fix."""
+    for question, n in zip(questions, n_of):
+        if n > planned:
+            task = getattr(question, "task_name", None) or "?"
+            raise LoverUsageError(
+                f"task {task} has repeats: {n}, which lover_vllm decodes as one question with {n} branches, but its "
+                f"engine started for n_branches={planned} (vLLM's max_logprobs and the memory plan are sized for N "
+                f"when the model loads, before any task is read): pass n_branches={n} in --model_args.")
+
+
 @dataclass
 class ModelChanges:
     """What lover_vllm's model_args change about the model vLLM decodes, for the HF copy and the bank key."""
