@@ -27,6 +27,8 @@ TASKS = {
                          {"test": "mmlu_pro/test.jsonl", "validation": "mmlu_pro/test.jsonl"}),
     # scored in process_results, no filter chain
     "hendrycks_math500": ("hendrycks_math/hendrycks_math500.yaml", {"test": "math500/test.jsonl"}),
+    # the same, scored by math-verify and exact_match in process_results, Minerva's 4 exemplars
+    "minerva_math500": ("minerva_math/minerva_math500.yaml", {"test": "math500/test.jsonl"}),
 }
 
 

@@ -233,6 +233,21 @@ def test_stock_process_results_task_with_extract_named_gets_its_rows(stock, tmp_
     assert {"none", "greedy", "majority", "lover_sum"} <= set(lover) and lover["greedy"] == lover["none"]
 
 
+@pytest.mark.slow
+def test_stock_minerva_math500_with_extract_math_groups_by_equivalence_and_scores_by_its_own_metrics(stock, tmp_path):
+    """lm-eval's minerva_math500 (4-shot, process_results with exact_match and math_verify) with extract=math: every
+    selector's row under both of its metrics, the greedy row its own `none` row (branch 0), and the test-time fit
+    grouped by the math extractor."""
+    done = _run("lover_hf", "n_branches=2,extract=math", "minerva_math500", stock, tmp_path / "lover")
+    assert "2 questions x 2 branches" in done.stderr
+    lover = _samples(tmp_path / "lover", "minerva_math500")
+    assert {"none", "greedy", "majority", "lover_sum", "cot_max"} <= set(lover) and lover["greedy"] == lover["none"]
+    results = json.loads(next((tmp_path / "lover").rglob("results_*.json")).read_text(encoding="utf-8"))
+    metrics = results["results"]["minerva_math500"]
+    assert {"exact_match,majority", "math_verify,majority", "math_verify,greedy"} <= set(metrics)
+    assert _find(results, "test_time_fits")["minerva_math500"]["extract"] == "math"
+
+
 def _find(tree, key: str):
     """The first value under `key` anywhere in a JSON tree."""
     if isinstance(tree, dict):
