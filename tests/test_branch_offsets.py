@@ -208,7 +208,7 @@ def test_lover_vllm_cuts_a_decoded_continuation_where_the_per_prefix_scan_does(t
     string "Question:", past an end token and up to the budget, it ends where the per-prefix scan ends, with the
     same Branch."""
     from lover_lmeval.core.decode.branch import finish_reason_of
-    from lover_lmeval.harness.vllm_engine import cut
+    from lover_lmeval.harness.vllm.engine import cut
 
     eos = {tokenizer.eos_token_id}
     text = tokenizer.encode("Add 2 and 3 to get 5. The answer is 5.\n\nQuestion: what is 6 + 1?",

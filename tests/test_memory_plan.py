@@ -1,4 +1,4 @@
-"""The memory plan (core/memory_plan.py) on four model sizes, from the real configs' numbers, worked by hand.
+"""The memory plan (harness/vllm/memory_plan.py) on four model sizes, from the real configs' numbers, worked by hand.
 
 Cards: a 24 GB card as torch reports an RTX 4090 (25,393,692,672 bytes = 23.65 GiB: a 14.2 GiB share is
 0.6 of it); an 80 GB card as nvidia-smi reports an H100 (81,559 MiB = 79.65 GiB: a 47.8 GiB share).
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from lover_lmeval.core.memory_plan import (GiB, MemoryPlan, count_parameters, hf_pass_bytes, kv_bytes_per_token,
+from lover_lmeval.harness.vllm.memory_plan import (GiB, MemoryPlan, count_parameters, hf_pass_bytes, kv_bytes_per_token,
                                            safetensors_bytes)
 
 QWEN_1_5B = {"model_type": "qwen2", "hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12,

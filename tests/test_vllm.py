@@ -109,7 +109,7 @@ def test_the_probe_skips_only_for_a_missing_instruction_set():
 @pytest.fixture(scope="module")
 def lm(smollm2_dir):
     _needs_the_engine()
-    from lover_lmeval.harness.vllm_model import LoverVLLM
+    from lover_lmeval.harness.vllm.model import LoverVLLM
 
     # enforce_eager: no compile of the model at start (tens of seconds on a CPU); the branches are the same
     lm = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True, verifier=None)
@@ -269,7 +269,7 @@ def test_a_vllm_bank_is_read_back_without_vllm_and_never_mixed_with_hf_records(l
 ])
 def test_vllm_args_that_contradict_lover_are_refused_before_the_engine_starts(args, needle, smollm2_dir):
     from lover_lmeval.harness.model_args import LoverUsageError
-    from lover_lmeval.harness.vllm_model import LoverVLLM
+    from lover_lmeval.harness.vllm.model import LoverVLLM
 
     with pytest.raises(LoverUsageError, match=needle):
         LoverVLLM(pretrained=str(smollm2_dir), **args)
@@ -291,7 +291,7 @@ def test_a_generation_setting_lover_cannot_honour_is_refused_by_name(lm):
 def test_the_plan_is_logged_and_recorded_for_the_run(lm):
     """SmolLM2 in float32 at max_model_len 1024 on this CPU: weights 0.50 GiB, KV 46,080 bytes a token x 1024, within
     0.2 of the RAM: beside, as the provenance says."""
-    from lover_lmeval.core.memory_plan import MemoryPlan
+    from lover_lmeval.harness.vllm.memory_plan import MemoryPlan
 
     assert isinstance(lm.plan, MemoryPlan) and (lm.plan.mode, lm.placement) == ("beside", "beside")
     assert (lm.plan.weight_bytes, lm.plan.kv_bytes_per_token, lm.plan.max_model_len) == (538_060_032, 46_080, 1024)
@@ -305,7 +305,7 @@ def test_an_engine_that_cannot_start_says_its_root_cause_in_one_line(smollm2_dir
     (not "See root cause above") and the fix."""
     _needs_the_engine()
     from lover_lmeval.harness.model_args import LoverUsageError
-    from lover_lmeval.harness.vllm_model import LoverVLLM
+    from lover_lmeval.harness.vllm.model import LoverVLLM
 
     with pytest.raises(LoverUsageError) as refused:
         LoverVLLM(pretrained=str(smollm2_dir), max_model_len=1024, enforce_eager=True, gpu_memory_utilization=0.05,
@@ -331,7 +331,7 @@ def test_phases_give_besides_rows(lm, gsm8k_prompts, smollm2_dir, tmp_path):
     from lover_lmeval.core.select.rows import TASK_ROWS
     from lover_lmeval.core.select.selection import ORACLES, select
     from lover_lmeval.core.store.bank import BranchBank
-    from lover_lmeval.harness.vllm_model import LoverVLLM
+    from lover_lmeval.harness.vllm.model import LoverVLLM
 
     contexts = [lm.tokenizer.decode(p) for p in gsm8k_prompts[0][:4]]
     gen_kwargs = {"until": ["Question:"], "max_gen_toks": BUDGET}
@@ -364,7 +364,7 @@ def test_a_chunk_holds_four_of_the_engines_batches():
     """chunk_size(max_num_seqs, N) = ceil(4 * max_num_seqs / N): vLLM's GPU default of 256 sequences a batch and
     N = 10 give ceil(102.4) = 103 questions a call; 21 branches give ceil(48.76) = 49; one question's branches fill
     more than four batches when N > 4 * max_num_seqs: still one question a call."""
-    from lover_lmeval.harness.vllm_engine import chunk_size
+    from lover_lmeval.harness.vllm.engine import chunk_size
 
     assert chunk_size(256, 10) == 103
     assert chunk_size(256, 21) == 49
@@ -376,7 +376,7 @@ def test_questions_go_to_vllm_in_chunks_and_come_back_as_one_call_gives_them(lm,
     """5 GSM8K questions, 2 a call: cot makes two vLLM calls a chunk (the first tokens, then the continuations), so
     3 chunks are 6 calls, each question handed over once its chunk returns; the branches are those of one call for
     all 5."""
-    from lover_lmeval.harness.vllm_engine import VLLMEngine
+    from lover_lmeval.harness.vllm.engine import VLLMEngine
 
     prompts, spec = gsm8k_prompts[0][:5], gsm8k_prompts[1]
     calls: list[int] = []
@@ -448,8 +448,8 @@ def test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes(lm
     (5 questions in chunks of 2 a replica, then 2 more) run in the same two processes, neither this one. Each question
     goes to one replica with both its CoT requests, and its branches are those the module's single engine decodes."""
     pytest.importorskip("ray", reason="Ray is not installed: lm-eval's data parallelism needs it (pip install ray)")
-    from lover_lmeval.harness.vllm_model import LoverVLLM
-    from lover_lmeval.harness.vllm_replicas import ReplicaEngine
+    from lover_lmeval.harness.vllm.model import LoverVLLM
+    from lover_lmeval.harness.vllm.replicas import ReplicaEngine
 
     prompts, spec = gsm8k_prompts[0][:5], gsm8k_prompts[1]
     parallel = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True,

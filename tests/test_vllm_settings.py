@@ -1,5 +1,5 @@
-"""lover_vllm's checks that run before anything loads (harness/vllm_settings.py) and its engine-start error line
-(harness/vllm_start.py). They need no vLLM: they run in the main venv; tests/test_vllm.py runs them through
+"""lover_vllm's checks that run before anything loads (harness/vllm/settings.py) and its engine-start error line
+(harness/vllm/start.py). They need no vLLM: they run in the main venv; tests/test_vllm.py runs them through
 LoverVLLM on vLLM's CPU backend."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from lover_lmeval.core.memory_plan import GiB, MemoryPlan
+from lover_lmeval.harness.vllm.memory_plan import GiB, MemoryPlan
 from lover_lmeval.harness.model_args import LoverUsageError
-from lover_lmeval.harness.vllm_settings import (HF_ENGINE_ARGS, VLLM_MAX_LOGPROBS, cap_logprobs,
+from lover_lmeval.harness.vllm.settings import (HF_ENGINE_ARGS, VLLM_MAX_LOGPROBS, cap_logprobs,
                                                 check_planned_branches, model_changes, refuse_hf_engine_args)
-from lover_lmeval.harness.vllm_start import OutputTail, root_cause, start_error
+from lover_lmeval.harness.vllm.start import OutputTail, root_cause, start_error
 
 #: the lines a failed start logged on a 10.84 GiB CPU machine (a max_model_len too long for it), as vLLM's engine
 #: process prefixes them

@@ -28,7 +28,7 @@ import torch
 
 from lover_lmeval.core.decode.engine import Decoded
 from lover_lmeval.core.decode.features import questions_features
-from lover_lmeval.core.memory_plan import PASS_CONTEXT
+from lover_lmeval.core.store.complete import PASS_CONTEXT
 from lover_lmeval.core.store.complete import pass_is_full
 from lover_lmeval.core.files import write_text
 

@@ -38,7 +38,6 @@ from .config import LoverConfig
 from .decode.decoding import DecodingConfig
 from .decode.engine import Decoded, Engine, HFEngine, RunSpec, eos_ids
 from .decode.static import check_static
-from .memory_plan import PASS_CONTEXT
 from .decode.ptrue import FALSE_WORDS, TRUE_WORDS, ptrue_from_tokens, word_tokens
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
@@ -162,7 +161,7 @@ class Pipeline:
             waiting.append((order[decoded.q], decoded))
             del decoded
             if waiting[-1][1].caches is not None or pass_is_full([(prompts[i], d) for i, d in waiting],
-                                                                 spec.decoding.n_branches, PASS_CONTEXT):
+                                                                 spec.decoding.n_branches):
                 complete()
         complete()
         read = self.store.record

@@ -70,7 +70,7 @@ class LoverRequests:
 
     def before_decoding(self, groups: list[tuple[list[str], dict]]) -> None:
         """Called once the requests are checked, before any group is run: (contexts, generation kwargs) per group.
-        lover_vllm's phases decode them all here (harness/vllm_phases.py)."""
+        lover_vllm's phases decode them all here (harness/vllm/phases.py)."""
 
     def check_branches(self, questions: list, n_of: list[int]) -> None:
         """Called before decoding with each question's N (a task's repeats can set it): refuse what the engine cannot

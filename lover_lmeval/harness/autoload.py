@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-MODELS = {"lover_hf": "lover_lmeval.harness.model:LoverLM", "lover_vllm": "lover_lmeval.harness.vllm_model:LoverVLLM"}
+MODELS = {"lover_hf": "lover_lmeval.harness.model:LoverLM", "lover_vllm": "lover_lmeval.harness.vllm.model:LoverVLLM"}
 FILTERS = {"lover_select": "lover_lmeval.harness.filter:LoverSelect"}
 METRICS = {"lover_match": "lover_lmeval.harness.metric:lover_match"}
 TASK_FOLDER = Path(__file__).resolve().parents[1] / "task_configs"

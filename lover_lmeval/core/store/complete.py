@@ -29,6 +29,11 @@ from ..decode.token_stats import decode_stats, encode_stats
 from .bank import BranchBank, FeatureCache
 
 log = logging.getLogger("lm_eval.lover_hf")  # the pipeline's logger (lm-eval's CLI shows it)
+#: Tokens per branch a pass over one question's N branches is planned for (a few-shot prompt and a 512-token branch):
+#: its KV caches hold N x this many tokens at once (decode/features.questions_features keeps each branch's cache for
+#: the template pass); a pass shared by several questions closes at that many tokens (pass_is_full), so it holds no
+#: more, and lover_vllm's memory plan reserves that much for the HF copy (harness/vllm/memory_plan.py).
+PASS_CONTEXT = 2048
 
 
 @dataclass
@@ -145,7 +150,7 @@ class StoreStep:
         return branches, q.features
 
 
-def pass_is_full(waiting: list[tuple[list[int], Decoded]], n_branches: int, context: int) -> bool:
+def pass_is_full(waiting: list[tuple[list[int], Decoded]], n_branches: int, context: int = PASS_CONTEXT) -> bool:
     """Whether the questions waiting for a shared pass (prompt ids, decoded) should run now: at MAX_PASS_ROWS
     branches, or once their rows (each padded to its question's prompt and longest branch) reach the tokens the
     memory plan reserves for one question's N branches of `context` tokens, so a shared pass never holds more."""

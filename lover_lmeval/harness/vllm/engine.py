@@ -27,9 +27,9 @@ import math
 import time
 from collections.abc import Callable, Iterator
 
-from ..core.decode.branch import Branch, finish_reason_of, make_branch
-from ..core.decode.engine import Decoded, RunSpec
-from ..core.decode.sampling import question_seed
+from ...core.decode.branch import Branch, finish_reason_of, make_branch
+from ...core.decode.engine import Decoded, RunSpec
+from ...core.decode.sampling import question_seed
 
 log = logging.getLogger("lm_eval.lover_hf")  # the pipeline's logger (lm-eval's CLI shows it)
 

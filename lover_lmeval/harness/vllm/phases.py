@@ -1,4 +1,4 @@
-"""lover_vllm in `phases` (core/memory_plan.py says when): vLLM decodes every question first, is freed, then the HF
+"""lover_vllm in `phases` (harness/vllm/memory_plan.py says when): vLLM decodes every question first, is freed, then the HF
 copy loads and reads the branches; the two copies of the weights are never in memory together.
 
 Until the HF copy loads, the pipeline holds a copy on PyTorch's meta device (no memory: the config's shapes and
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from ..core.decode.engine import Decoded, RunSpec
-from ..core.loading import cache_dir
-from ..core.pipeline import log
-from ..core.store.bank import BranchBank
-from ..core.store.banked import BankedEngine
+from ...core.decode.engine import Decoded, RunSpec
+from ...core.loading import cache_dir
+from ...core.pipeline import log
+from ...core.store.bank import BranchBank
+from ...core.store.banked import BankedEngine
 
 
 def staging_path() -> Path:

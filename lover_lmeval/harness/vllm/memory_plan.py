@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ...core.store.complete import PASS_CONTEXT
+
 GiB = 1 << 30
 #: bytes per element of the dtypes a run may take (dtype model_arg, kv_cache_dtype)
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1,
@@ -45,10 +47,6 @@ ALONE_UTILIZATION = 0.9
 #: CUDA context (1-2 GiB for 0.5B-70B models). CPU: the engine process's Python, torch and vLLM: vLLM's CPU log said
 #: "1.89 GiB memory was consumed by non-kv usages" beside SmolLM2-135M's 0.5 GiB of float32 weights.
 ENGINE_OVERHEAD = {"cuda": 2 * GiB, "cpu": 3 * GiB // 2}
-#: Tokens per branch the HF copy's pass is planned for (a few-shot prompt and a 512-token branch): its KV caches hold
-#: N x this many tokens at once (features.questions_features keeps each branch's cache for the template pass); a pass
-#: shared by several questions closes at that many tokens (store/complete.py: pass_is_full), so it holds no more.
-PASS_CONTEXT = 2048
 #: The HF side's memory beyond its weights and those KV caches: this process's CUDA context and the LM head's logits,
 #: computed in chunks of 2^24 floats (features._positions_per_chunk), times a few temporaries.
 HF_OVERHEAD = GiB

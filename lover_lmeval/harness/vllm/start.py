@@ -15,8 +15,8 @@ import re
 import sys
 import threading
 
-from ..core.memory_plan import MemoryPlan
-from .model_args import LoverUsageError
+from .memory_plan import MemoryPlan
+from ..model_args import LoverUsageError
 
 #: lines of the engine's output kept for the root cause
 KEPT_LINES = 400

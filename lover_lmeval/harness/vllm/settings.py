@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.config import MODEL_ARGS
-from .model_args import LoverUsageError
+from ...core.config import MODEL_ARGS
+from ..model_args import LoverUsageError
 
 #: lover_hf's model_args for its own engine's batching (core/config.py's `batching` component)
 HF_ENGINE_ARGS = tuple(arg for arg, (component, _, _) in MODEL_ARGS.items() if component == "batching")

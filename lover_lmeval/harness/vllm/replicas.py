@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from ..core.decode.engine import Decoded, RunSpec
-from .vllm_engine import VLLMEngine
+from ...core.decode.engine import Decoded, RunSpec
+from .engine import VLLMEngine
 
 #: Environment a replica's engine must not inherit from the driver: it would make the single-engine replica compute a
 #: data-parallel rank of its own (lm-eval's VLLM drops the same names).

@@ -1,13 +1,13 @@
-"""lover_vllm's memory plan (core/memory_plan.py) from what is known before anything loads: the checkpoint's config
+"""lover_vllm's memory plan (harness/vllm/memory_plan.py) from what is known before anything loads: the checkpoint's config
 or files, vLLM's model_args, and the devices' memory as vLLM itself will read it."""
 
 from __future__ import annotations
 
 import torch
 
-from ..core.memory_plan import (ALONE_UTILIZATION, MemoryPlan, count_parameters, dtype_bytes, hf_pass_bytes,
+from .memory_plan import (ALONE_UTILIZATION, MemoryPlan, count_parameters, dtype_bytes, hf_pass_bytes,
                                 kv_bytes_per_token, safetensors_bytes)
-from .model_args import LoverUsageError
+from ..model_args import LoverUsageError
 
 #: the config fields vLLM takes the default max_model_len from (the smallest present), as its ModelConfig does
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length",

@@ -3,35 +3,35 @@
 Every vLLM model_arg lm-eval's VLLM takes works (`tensor_parallel_size`, `data_parallel_size`, `gpu_memory_utilization`,
 `max_model_len`, ...), and lover's own come from the same table as `lover_hf`'s (core/config.py): one definition, two
 models; lover_hf's batching args, settings that would make vLLM decode another model than the HF copy reads, and a
-`max_logprobs` below N are refused by name (harness/vllm_settings.py). vLLM decodes the branches
-(harness/vllm_engine.py); an HF copy of the same weights reads them once, teacher-forced, for the margins, the token
+`max_logprobs` below N are refused by name (harness/vllm/settings.py). vLLM decodes the branches
+(harness/vllm/engine.py); an HF copy of the same weights reads them once, teacher-forced, for the margins, the token
 statistics and LoVer's features, so every row means what it means under `lover_hf`. Before anything loads, a memory
-plan (core/memory_plan.py, logged in one line and kept in the provenance) decides where the two copies go: `beside`
+plan (harness/vllm/memory_plan.py, logged in one line and kept in the provenance) decides where the two copies go: `beside`
 (the engine in its share, gpu_memory_utilization, the HF copy in the rest: on the GPU with `tensor_parallel_size` 1,
-spread over the visible GPUs otherwise), `phases` (harness/vllm_phases.py: the engine decodes alone, is freed, then the
+spread over the visible GPUs otherwise), `phases` (harness/vllm/phases.py: the engine decodes alone, is freed, then the
 copy reads) or refused with the numbers and the fix; `memory_plan=beside|phases` overrides it. Questions go to vLLM
 in chunks (`chunk_questions`, default sized by the engine's batch), each banked as it returns; with
-`data_parallel_size` > 1 the replicas start once a run and decode whole questions (harness/vllm_replicas.py). A
-failed engine start is one line with vLLM's root cause and its fix (harness/vllm_start.py).
+`data_parallel_size` > 1 the replicas start once a run and decode whole questions (harness/vllm/replicas.py). A
+failed engine start is one line with vLLM's root cause and its fix (harness/vllm/start.py).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..core import loading
-from ..core.decode.engine import eos_ids
-from ..core.memory_plan import MemoryPlan
-from ..core.pipeline import Pipeline, log
-from .adapter import LoverRequests, check_truncation_side
-from .model_args import LoverUsageError, hub_error, one_line_errors, parse_model_args, usage_errors
-from .vllm_engine import VLLMEngine, chunk_size
-from .vllm_memory import PLACEMENTS, plan_memory
-from .vllm_phases import decode_first, discard_staged, meta_copy
-from .vllm_replicas import ReplicaEngine
-from .vllm_settings import (ModelChanges, cap_logprobs, check_planned_branches, model_changes,
+from ...core import loading
+from ...core.decode.engine import eos_ids
+from ...core.pipeline import Pipeline, log
+from ..adapter import LoverRequests, check_truncation_side
+from ..model_args import LoverUsageError, hub_error, one_line_errors, parse_model_args, usage_errors
+from .engine import VLLMEngine, chunk_size
+from .memory import PLACEMENTS, plan_memory
+from .memory_plan import MemoryPlan
+from .phases import decode_first, discard_staged, meta_copy
+from .replicas import ReplicaEngine
+from .settings import (ModelChanges, cap_logprobs, check_planned_branches, model_changes,
                             refuse_hf_engine_args)
-from .vllm_start import OutputTail, start_error
+from .start import OutputTail, start_error
 
 try:
     from lm_eval.models.vllm_causallms import VLLM
@@ -198,12 +198,12 @@ class LoverVLLM(LoverRequests, VLLM):
         check_planned_branches(self.pipeline.config.decoding.n_branches, questions, n_of)
 
     def before_decoding(self, groups: list[tuple[list[str], dict]]) -> None:
-        """In phases: every group decoded by vLLM first, the engine freed, the HF copy loaded (vllm_phases.py)."""
+        """In phases: every group decoded by vLLM first, the engine freed, the HF copy loaded (phases.py)."""
         if self.placement == "phases":
             decode_first(self, groups)
 
     def after_decoding(self) -> None:
-        """In phases: the call's staged records discarded, its questions complete (vllm_phases.py)."""
+        """In phases: the call's staged records discarded, its questions complete (phases.py)."""
         if self.placement == "phases":
             discard_staged(self)
 
