@@ -3,11 +3,15 @@ or files, vLLM's model_args, and the devices' memory as vLLM itself will read it
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
-from .memory_plan import (ALONE_UTILIZATION, MemoryPlan, count_parameters, dtype_bytes, hf_pass_bytes,
-                                kv_bytes_per_token, safetensors_bytes)
 from ..model_args import LoverUsageError
+from .memory_plan import (ALONE_UTILIZATION, MemoryPlan, count_parameters, dtype_bytes, hf_pass_bytes,
+                          kv_bytes_per_token, safetensors_bytes)
+
+log = logging.getLogger("lm_eval.lover_hf")  # the pipeline's logger (lm-eval's CLI shows it)
 
 #: the config fields vLLM takes the default max_model_len from (the smallest present), as its ModelConfig does
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length",
@@ -101,3 +105,20 @@ def plan_memory(pretrained: str, config: dict, vllm_args: dict, n_branches: int,
     return MemoryPlan(weights, kv_bytes_per_token(config, kv_element, devices), length,
                       hf_pass_bytes(config, element, n_branches, length), "cuda" if gpu else "cpu", devices, total,
                       utilization, int(alone * 100) / 100, free, model=model)
+
+
+def choose_placement(pretrained: str, hf_config: dict, vllm_args: dict, n_branches: int, gpu: bool,
+                     explicit_utilization: bool, name: str, asked: str) -> tuple[str, MemoryPlan | str]:
+    """(the layout this run takes, the memory plan or why none could be made), logged in one line; a plan that
+    cannot run even in phases is refused here, before anything loads (unless memory_plan= names a layout)."""
+    plan = plan_memory(pretrained, hf_config, vllm_args, n_branches, gpu, explicit_utilization, name)
+    if not isinstance(plan, MemoryPlan):
+        log.info("lover_vllm memory plan: none (%s); the engine and the HF copy load beside each other.", plan)
+        return ("beside" if asked == "auto" else asked), plan
+    log.info(plan.describe())
+    if asked != "auto":
+        return asked, plan
+    if plan.mode == "refused":
+        raise LoverUsageError(f"{plan.reason} (memory_plan=beside or phases runs it anyway.)")
+    return plan.mode, plan
+

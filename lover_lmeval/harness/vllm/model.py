@@ -22,15 +22,15 @@ import torch
 from ...core import loading
 from ...core.decode.engine import eos_ids
 from ...core.pipeline import Pipeline, log
-from ..adapter import LoverRequests, check_truncation_side
-from ..model_args import LoverUsageError, hub_error, one_line_errors, parse_model_args, usage_errors
+from ..adapter import LoverRequests
+from ..model_args import LoverUsageError, hub_error, one_line_errors, usage_errors
 from .engine import VLLMEngine, chunk_size
-from .memory import PLACEMENTS, plan_memory
+from .hf_copy import features_model, meta_copy
+from .memory import choose_placement
 from .memory_plan import MemoryPlan
-from .phases import decode_first, discard_staged, meta_copy
+from .phases import decode_first, discard_staged
 from .replicas import ReplicaEngine
-from .settings import (ModelChanges, cap_logprobs, check_planned_branches, model_changes,
-                            refuse_hf_engine_args)
+from .settings import check_planned_branches, model_changes, parse_vllm_args
 from .start import OutputTail, start_error
 
 try:
@@ -46,27 +46,11 @@ GPU_MEMORY_UTILIZATION = 0.6
 CPU_MEMORY_UTILIZATION = 0.2
 #: vLLM's running batch (max_num_seqs) where neither model_args nor the engine say: its default on GPUs
 MAX_NUM_SEQS = 256
-#: vLLM args lover sets itself: the user's would contradict N branches or their decoding.
-REFUSED = {"n": "n_branches", "best_of": "n_branches", "use_beam_search": "decoding"}
 
 
 def missing_vllm() -> LoverUsageError:
     return LoverUsageError(f"lover_vllm needs vLLM, which cannot be imported here ({MISSING}); install it with "
                            'pip install "lover-lmeval[vllm]" (GPUs), or use --model lover_hf.')
-
-
-def parse_chunk(value) -> int | None:
-    """chunk_questions: a positive count of questions per vLLM call, or auto (None: sized by the engine's batch)."""
-    if value in (None, "auto"):
-        return None
-    try:
-        chunk = int(value)
-    except (TypeError, ValueError):
-        chunk = 0
-    if chunk < 1 or str(value).strip() != str(chunk):
-        raise LoverUsageError(f"chunk_questions={value} is not a count of questions; pass a positive integer (the "
-                              "questions sent to vLLM in one call, each call's banked as it returns) or auto.")
-    return chunk
 
 
 def checkpoint_config(pretrained: str, vllm_args: dict) -> dict:
@@ -110,21 +94,7 @@ class LoverVLLM(LoverRequests, VLLM):
         self._check_vllm()
         one_line_errors(self.NAME)
         self._logged: set[str] = set()
-        if memory_plan not in PLACEMENTS:
-            raise LoverUsageError(f"memory_plan={memory_plan} is not a layout; pass one of {', '.join(PLACEMENTS)} "
-                                  "(auto: the plan's, from the model's and the devices' sizes).")
-        chunk_questions = parse_chunk(chunk_questions)
-        refuse_hf_engine_args(kwargs)
-        check_truncation_side(kwargs.get("truncation_side", "left"))  # lm-eval's VLLM keeps it; the adapter cuts by it
-        config, vllm_args, self.explicit = parse_model_args(kwargs)
-        if config.decoding.mode == "beam":
-            raise LoverUsageError("decoding=beam is lover_hf's (beam search through transformers' generate); "
-                                  "lover_vllm decodes cot or sample: use --model lover_hf for beams.")
-        for name, ours in REFUSED.items():
-            if name in vllm_args:
-                raise LoverUsageError(f"model_arg {name}={vllm_args[name]} is vLLM's, but lover_vllm sets it from "
-                                      f"{ours}; pass {ours}= instead.")
-        cap_logprobs(vllm_args, config.decoding.n_branches)
+        config, vllm_args, self.explicit, chunk_questions = parse_vllm_args(memory_plan, chunk_questions, kwargs)
         gguf_sha256 = None
         if pretrained is None and gguf_file is None:
             gguf_file = str(loading.default_gguf())
@@ -142,7 +112,7 @@ class LoverVLLM(LoverRequests, VLLM):
         if vllm_args.get("dtype", "auto") == "auto":  # vLLM's "auto" runs float32 checkpoints in half precision
             vllm_args["dtype"] = checkpoint_dtype(hf_config)
         name = loading.model_identity(str(pretrained), gguf_sha256, vllm_args.get("revision")) + self.changes.identity
-        self.placement, self.plan = self._plan(pretrained, hf_config, vllm_args, config.decoding.n_branches, gpu,
+        self.placement, self.plan = choose_placement(pretrained, hf_config, vllm_args, config.decoding.n_branches, gpu,
                                                explicit_utilization, name, memory_plan)
         self._copy_args = (pretrained, vllm_args, gpu, self.changes)
         if self.placement == "phases" and isinstance(self.plan, MemoryPlan) and not explicit_utilization:
@@ -192,7 +162,7 @@ class LoverVLLM(LoverRequests, VLLM):
 
     def load_copy(self):
         """The HF copy that reads the branches, loaded (`_features_model`)."""
-        return self._features_model(*self._copy_args)
+        return features_model(*self._copy_args)
 
     def check_branches(self, questions: list, n_of: list[int]) -> None:
         check_planned_branches(self.pipeline.config.decoding.n_branches, questions, n_of)
@@ -206,52 +176,6 @@ class LoverVLLM(LoverRequests, VLLM):
         """In phases: the call's staged records discarded, its questions complete (phases.py)."""
         if self.placement == "phases":
             discard_staged(self)
-
-    @staticmethod
-    def _plan(pretrained: str, hf_config: dict, vllm_args: dict, n_branches: int, gpu: bool,
-              explicit_utilization: bool, name: str, asked: str) -> tuple[str, MemoryPlan | str]:
-        """(the layout this run takes, the memory plan or why none could be made), logged in one line; a plan that
-        cannot run even in phases is refused here, before anything loads (unless memory_plan= names a layout)."""
-        plan = plan_memory(pretrained, hf_config, vllm_args, n_branches, gpu, explicit_utilization, name)
-        if not isinstance(plan, MemoryPlan):
-            log.info("lover_vllm memory plan: none (%s); the engine and the HF copy load beside each other.", plan)
-            return ("beside" if asked == "auto" else asked), plan
-        log.info(plan.describe())
-        if asked != "auto":
-            return asked, plan
-        if plan.mode == "refused":
-            raise LoverUsageError(f"{plan.reason} (memory_plan=beside or phases runs it anyway.)")
-        return plan.mode, plan
-
-    @staticmethod
-    def _features_model(pretrained: str, vllm_args: dict, gpu: bool, changes: ModelChanges | None = None):
-        """The HF copy of the weights that reads the branches (features, margins, statistics), in vLLM's dtype, with
-        the model changes vLLM decodes with (a LoRA adapter, config overrides)."""
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        changes = changes or ModelChanges()
-        dtype = vllm_args.get("dtype", "auto")
-        revision, remote = vllm_args.get("revision"), bool(vllm_args.get("trust_remote_code"))
-        extra = {"device_map": "auto"} if gpu and int(vllm_args.get("tensor_parallel_size", 1)) > 1 else {}
-        if changes.overrides:  # vLLM's hf_overrides, given to the copy's config as well
-            config = AutoConfig.from_pretrained(pretrained, revision=revision, trust_remote_code=remote)
-            config.update(changes.overrides)
-            extra["config"] = config
-        try:
-            model = AutoModelForCausalLM.from_pretrained(pretrained, dtype=dtype, revision=revision,
-                                                         trust_remote_code=remote, **extra)
-            if changes.lora is not None:
-                from peft import PeftModel
-
-                model = PeftModel.from_pretrained(model, changes.lora).merge_and_unload()
-            return (model if "device_map" in extra else model.to("cuda" if gpu else "cpu")).eval()
-        except torch.OutOfMemoryError as error:
-            first = str(error).strip().splitlines()[0][:200]
-            raise LoverUsageError(
-                f"the HF copy of {pretrained} that reads the branches does not fit beside vLLM's engine ({first}); "
-                "pass memory_plan=phases (the engine decodes first and is freed before the copy loads), a lower "
-                f"gpu_memory_utilization (now {vllm_args.get('gpu_memory_utilization')}: the engine's share), or a "
-                "larger tensor_parallel_size.") from None
 
     def get_model_info(self) -> dict:
         """lm-eval's model info plus the LoVer provenance (lm-eval writes it into the results file's config)."""

@@ -50,24 +50,6 @@ class StagedEngine:
             yield Decoded(q, branches)
 
 
-def meta_copy(pretrained: str, vllm_args: dict, overrides: dict):
-    """The HF model's skeleton on the meta device (no memory), with the checkpoint's generation config (its end
-    tokens): what the pipeline reads until the real copy loads."""
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-
-    revision, remote = vllm_args.get("revision"), bool(vllm_args.get("trust_remote_code"))
-    config = AutoConfig.from_pretrained(pretrained, revision=revision, trust_remote_code=remote)
-    config.update(overrides)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, vllm_args["dtype"]),
-                                                 trust_remote_code=remote)
-    try:
-        model.generation_config = GenerationConfig.from_pretrained(pretrained, revision=revision)
-    except OSError:  # no generation_config.json: the one derived from the config stands
-        pass
-    return model.eval()
-
-
 def free_engine(lm) -> None:
     """Shut vLLM's engine down, or its data-parallel replicas (their processes exit, their memory with them)."""
     if hasattr(lm.vllm_engine, "shutdown"):

@@ -20,12 +20,51 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core.config import MODEL_ARGS
-from ..model_args import LoverUsageError
+from ..adapter import check_truncation_side
+from ..model_args import LoverUsageError, parse_model_args
+from .memory import PLACEMENTS
 
 #: lover_hf's model_args for its own engine's batching (core/config.py's `batching` component)
 HF_ENGINE_ARGS = tuple(arg for arg, (component, _, _) in MODEL_ARGS.items() if component == "batching")
 #: vLLM's default cap on a request's log-probabilities (ModelConfig.max_logprobs)
 VLLM_MAX_LOGPROBS = 20
+#: vLLM args lover sets itself: the user's would contradict N branches or their decoding.
+REFUSED = {"n": "n_branches", "best_of": "n_branches", "use_beam_search": "decoding"}
+
+
+def parse_vllm_args(memory_plan: str, chunk_questions, kwargs: dict):
+    """lover_vllm's model_args read and checked before anything loads: (LoverConfig, vLLM's args, the args the user
+    set, questions per vLLM call or None for auto). Each arg lover_vllm cannot honour is refused by name."""
+    if memory_plan not in PLACEMENTS:
+        raise LoverUsageError(f"memory_plan={memory_plan} is not a layout; pass one of {', '.join(PLACEMENTS)} "
+                              "(auto: the plan's, from the model's and the devices' sizes).")
+    chunk = parse_chunk(chunk_questions)
+    refuse_hf_engine_args(kwargs)
+    check_truncation_side(kwargs.get("truncation_side", "left"))  # lm-eval's VLLM keeps it; the adapter cuts by it
+    config, vllm_args, explicit = parse_model_args(kwargs)
+    if config.decoding.mode == "beam":
+        raise LoverUsageError("decoding=beam is lover_hf's (beam search through transformers' generate); "
+                              "lover_vllm decodes cot or sample: use --model lover_hf for beams.")
+    for name, ours in REFUSED.items():
+        if name in vllm_args:
+            raise LoverUsageError(f"model_arg {name}={vllm_args[name]} is vLLM's, but lover_vllm sets it from "
+                                  f"{ours}; pass {ours}= instead.")
+    cap_logprobs(vllm_args, config.decoding.n_branches)
+    return config, vllm_args, explicit, chunk
+
+
+def parse_chunk(value) -> int | None:
+    """chunk_questions: a positive count of questions per vLLM call, or auto (None: sized by the engine's batch)."""
+    if value in (None, "auto"):
+        return None
+    try:
+        chunk = int(value)
+    except (TypeError, ValueError):
+        chunk = 0
+    if chunk < 1 or str(value).strip() != str(chunk):
+        raise LoverUsageError(f"chunk_questions={value} is not a count of questions; pass a positive integer (the "
+                              "questions sent to vLLM in one call, each call's banked as it returns) or auto.")
+    return chunk
 
 
 def refuse_hf_engine_args(kwargs: dict) -> None:
