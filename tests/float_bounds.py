@@ -52,3 +52,31 @@ def statistics_tolerance(model, sequences: list[list[int]]) -> float:
     with torch.no_grad():
         largest = max(float(model(torch.tensor([ids])).logits.abs().max()) for ids in sequences if ids)
     return 2 * logit_statistics_error(model.config, max(map(len, sequences)), largest)
+
+
+U64 = 2.0 ** -53
+"""float64's unit roundoff."""
+
+
+def condition_tolerance(fn, inputs, terms: int, unit: float = U32) -> float:
+    """Absolute tolerance for a scalar `fn(*inputs)` computed in a precision of unit roundoff `unit` against its exact
+    value on the same inputs (a float64 loop over them, or a hand-worked number, whose decimal inputs the leaves'
+    rounding below covers): unit * sqrt(terms) * (|f| + sum |x df/dx|). Each rounded operation moves its result v by
+    a relative unit at most, which moves f by unit * |v df/dv| to first order; at the leaves that is
+    sum |x df/dx| (the condition number, taken by float64 autograd through `fn` itself, so a cancellation such as
+    p+ + p- - 1 inside a square counts), at the root |f|, and the levels between are bounded by these for the losses'
+    sums of products, powers and logs. `terms` is the most roundings on one path from an input to f (the sums'
+    lengths plus the depth; libm's log and exp, within one ulp, count twice), combined as the model above."""
+    import torch
+
+    leaves = [x.detach().double().requires_grad_() for x in inputs]
+    value = fn(*leaves)
+    grads = torch.autograd.grad(value, leaves, allow_unused=True)
+    condition = sum(float((x.detach() * g).abs().sum()) for x, g in zip(leaves, grads) if g is not None)
+    return unit * math.sqrt(terms) * (abs(float(value.detach())) + condition)
+
+
+def printed_rounding(digits: int) -> float:
+    """Absolute tolerance for a value written with `digits` decimals (a docstring's 0.602335): half a unit of the
+    last digit, the most rounding to that many decimals moves it."""
+    return 0.5 * 10.0 ** -digits

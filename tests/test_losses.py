@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+from float_bounds import U32, condition_tolerance, printed_rounding
+
 from lover_lmeval.core.verify import loss_spec as S
 from lover_lmeval.core.verify import losses as L
 from lover_lmeval.core.verify import losses_variants as V
@@ -12,6 +14,16 @@ from lover_lmeval.core.verify import losses_variants as V
 
 def t(x):
     return torch.tensor(x, dtype=torch.float32)
+
+
+# The deepest loss term's roundings (p_hat = p / (s + EPS), its clamp, the log counted twice, the product, the
+# question's sum, the mean); each check adds its sums' lengths.
+DEPTH = 8
+
+
+def float32_and_bound(fn, *inputs, terms=DEPTH):
+    """`fn(*inputs)` in float32 and how far float32 rounding can move it from the exact value (float_bounds)."""
+    return fn(*inputs).item(), condition_tolerance(fn, inputs, terms)
 
 
 def one_question(p_pos, p_neg, groups):
@@ -26,7 +38,8 @@ def test_negation_hand_worked():
     """p+=[0.9,0.2], p-=[0.1,0.7] -> L_sum = 0^2 + (-0.1)^2 = 0.01,
     L_diff = min(0.9,0.1)^2 + min(0.2,0.7)^2 = 0.01 + 0.04 = 0.05, nega = 0.06."""
     pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 1])
-    assert L.negation_loss(pp, pn, m).item() == pytest.approx(0.06, abs=1e-6)
+    value, bound = float32_and_bound(lambda pp, pn: L.negation_loss(pp, pn, m), pp, pn)
+    assert value == pytest.approx(0.06, abs=bound)
 
 
 def test_negation_mean_over_questions_ignores_padding_and_empty_questions():
@@ -36,16 +49,18 @@ def test_negation_mean_over_questions_ignores_padding_and_empty_questions():
     pp = t([[0.9, 0.2], [0.5, 0.0], [0.3, 0.3]])
     pn = t([[0.1, 0.7], [0.5, 0.0], [0.3, 0.3]])
     m = torch.tensor([[True, True], [True, False], [False, False]])
-    assert L.negation_loss(pp, pn, m).item() == pytest.approx(0.155, abs=1e-6)
+    value, bound = float32_and_bound(lambda pp, pn: L.negation_loss(pp, pn, m), pp, pn)
+    assert value == pytest.approx(0.155, abs=bound)
 
 
 def test_intra_hand_worked():
     """Same group: p+=[0.9,0.2], p-=[0.1,0.7] -> ordered pairs (0,1),(1,0):
     2*0.7^2 + 2*0.6^2 = 0.98 + 0.72 = 1.70.  Different groups -> 0."""
     pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 0])
-    assert L.intra_group_loss(pp, pn, m, g).item() == pytest.approx(1.70, abs=1e-6)
+    value, bound = float32_and_bound(lambda pp, pn: L.intra_group_loss(pp, pn, m, g), pp, pn)
+    assert value == pytest.approx(1.70, abs=bound)
     pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [1, 0])
-    assert L.intra_group_loss(pp, pn, m, g).item() == pytest.approx(0.0, abs=1e-7)
+    assert L.intra_group_loss(pp, pn, m, g).item() == 0.0  # no pair: a sum of nothing
 
 
 def test_inter_hand_worked():
@@ -54,16 +69,17 @@ def test_inter_hand_worked():
     L_inter = 0.602335."""
     pp, pn, m, g = one_question([0.6, 0.6, 0.2], [0.0, 0.0, 0.0], [0, 0, 1])
     expected = 0.04 - (0.75 * math.log(0.75) + 0.25 * math.log(0.25))
-    gen = torch.Generator().manual_seed(0)
-    assert L.inter_group_loss(pp, m, g, gen).item() == pytest.approx(expected, abs=1e-6)
-    assert expected == pytest.approx(0.602335, abs=1e-6)
+    value, bound = float32_and_bound(lambda pp: L.inter_group_loss(pp, m, g, torch.Generator().manual_seed(0)), pp)
+    assert value == pytest.approx(expected, abs=bound)
+    assert expected == pytest.approx(0.602335, abs=printed_rounding(6))
 
 
 def test_inter_raw_hand_worked():
     """groups [0,0,1], p+=[0.5,0.5,0.25]: (0.5+0.25-1)^2 = 0.0625; self-information
     -0.5 log2 0.5 - 0.25 log2 0.25 = 0.5 + 0.5 = 1.0, over G=2 groups -> 0.5; L = 0.5625."""
     pp, pn, m, g = one_question([0.5, 0.5, 0.25], [0.0, 0.0, 0.0], [0, 0, 1])
-    assert V.inter_raw_loss(pp, m, g, torch.Generator().manual_seed(0)).item() == pytest.approx(0.5625, abs=1e-6)
+    value, bound = float32_and_bound(lambda pp: V.inter_raw_loss(pp, m, g, torch.Generator().manual_seed(0)), pp)
+    assert value == pytest.approx(0.5625, abs=bound)
 
 
 def test_all_false_corner_is_cheap_for_the_normalised_entropy_only():
@@ -73,25 +89,30 @@ def test_all_false_corner_is_cheap_for_the_normalised_entropy_only():
     other way: all false 0.9017 + (0.2161 + 4*0.0013)/5 = 0.946 vs hedge 0 + log2(5)/5 = 0.464."""
     m, g = torch.ones(1, 5, dtype=torch.bool), torch.tensor([[0, 1, 2, 3, 4]])
     corner, hedge = t([[0.05, 1e-4, 1e-4, 1e-4, 1e-4]]), torch.full((1, 5), 0.2)
-    assert L.inter_group_loss(corner, m, g).item() == pytest.approx(0.959, abs=1e-3)
-    assert L.inter_group_loss(hedge, m, g).item() == pytest.approx(math.log(5), abs=1e-5)
-    assert V.inter_raw_loss(corner, m, g).item() == pytest.approx(0.946, abs=1e-3)
-    assert V.inter_raw_loss(hedge, m, g).item() == pytest.approx(math.log2(5) / 5, abs=1e-5)
+    for loss, printed in ((L.inter_group_loss, {"corner": 0.959, "hedge": math.log(5)}),
+                          (V.inter_raw_loss, {"corner": 0.946, "hedge": math.log2(5) / 5})):
+        for name, p in (("corner", corner), ("hedge", hedge)):
+            value, bound = float32_and_bound(lambda p: loss(p, m, g), p, terms=DEPTH + 5)
+            # the corner's values are printed to 3 decimals; the hedge's are exact
+            assert value == pytest.approx(printed[name], abs=bound + (printed_rounding(3) if name == "corner" else 0))
 
 
 def test_inter_logic_hand_worked():
     """Representatives p=[0.6, 0.2]: P(exactly one) = 0.6*0.8 + 0.2*0.4 = 0.56,
     loss = -ln 0.56 = 0.579818."""
     pp, pn, m, g = one_question([0.6, 0.6, 0.2], [0.0, 0.0, 0.0], [2, 2, 0])
-    gen = torch.Generator().manual_seed(0)
-    assert V.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(0.579818, abs=1e-6)
+    value, bound = float32_and_bound(lambda pp: V.inter_logic_loss(pp, m, g, torch.Generator().manual_seed(0)), pp)
+    assert value == pytest.approx(-math.log(0.56 + L.EPS), abs=bound)
+    assert -math.log(0.56) == pytest.approx(0.579818, abs=printed_rounding(6))
 
 
 def test_supervised_hand_worked():
     """p+=[0.9,0.2], p-=[0.1,0.7], y=[1,0]:
     -ln0.9 - ln0.9 (branch 0) - ln0.8 - ln0.7 (branch 1) = 0.105361*2 + 0.223144 + 0.356675 = 0.790540."""
     pp, pn, m, g = one_question([0.9, 0.2], [0.1, 0.7], [0, 1])
-    assert L.supervised_loss(pp, pn, m, t([[1.0, 0.0]])).item() == pytest.approx(0.790540, abs=1e-6)
+    value, bound = float32_and_bound(lambda pp, pn: L.supervised_loss(pp, pn, m, t([[1.0, 0.0]])), pp, pn)
+    assert value == pytest.approx(-2 * math.log(0.9) - math.log(0.8) - math.log(0.7), abs=bound)
+    assert -2 * math.log(0.9) - math.log(0.8) - math.log(0.7) == pytest.approx(0.790540, abs=printed_rounding(6))
 
 
 def test_score():
@@ -106,10 +127,10 @@ def test_balance_hand_worked():
     m = torch.ones(2, 2, dtype=torch.bool)
     g = torch.tensor([[0, 1], [0, 1]])
     ids = torch.tensor([[0, 1], [0, 1]])
-    constant = V.balance_loss(t([[0.0, 1.0], [0.0, 1.0]]), m, g, ids, min_questions=2)
-    assert constant.item() == pytest.approx(0.25, abs=1e-6)
-    split = V.balance_loss(t([[1.0, 0.0], [0.0, 1.0]]), m, g, ids, min_questions=2)
-    assert split.item() == pytest.approx(0.0, abs=1e-6)
+    for p, expected in ((t([[0.0, 1.0], [0.0, 1.0]]), 0.25), (t([[1.0, 0.0], [0.0, 1.0]]), 0.0)):  # constant, split
+        value, bound = float32_and_bound(lambda p: V.balance_loss(p, m, g, ids, min_questions=2), p)
+        # c = 1 / (1 + EPS): the EPS of p_hat's denominator moves the exact value by EPS / 2 at most
+        assert value == pytest.approx(expected, abs=bound + L.EPS / 2)
 
 
 def test_balance_hand_worked_with_unanswered_group_and_threshold():
@@ -121,7 +142,10 @@ def test_balance_hand_worked_with_unanswered_group_and_threshold():
     m = torch.tensor([[True, True, True], [True, True, False]])
     g = torch.tensor([[0, 1, 2], [0, 1, 0]])
     ids = torch.tensor([[0, 1, -1], [0, 1, -1]])
-    assert V.balance_loss(pp, m, g, ids, min_questions=2).item() == pytest.approx(0.011111, abs=1e-6)
+    value, bound = float32_and_bound(lambda pp: V.balance_loss(pp, m, g, ids, min_questions=2), pp)
+    # + EPS: the EPS in p_hat's denominator moves the exact value by less
+    assert value == pytest.approx(((1.1 - 5 / 6) / 2) ** 2 / 2 + ((0.7 - 5 / 6) / 2) ** 2 / 2, abs=bound + L.EPS)
+    assert ((1.1 - 5 / 6) / 2) ** 2 / 2 + ((0.7 - 5 / 6) / 2) ** 2 / 2 == pytest.approx(0.011111, abs=printed_rounding(6))
     assert V.balance_loss(pp, m, g, ids, min_questions=3).item() == 0.0
 
 
@@ -255,25 +279,36 @@ def ref_supervised(pp, pn, m, y):
     return ref_mean(per_q)
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_matches_loop_reference(seed):
-    pp, pn, m, g, y = ragged_batch(seed)
-    assert L.negation_loss(pp, pn, m).item() == pytest.approx(ref_nega(pp, pn, m), abs=1e-6)
-    assert L.intra_group_loss(pp, pn, m, g).item() == pytest.approx(ref_intra(pp, pn, m, g), abs=1e-6)
-    assert L.supervised_loss(pp, pn, m, y).item() == pytest.approx(ref_supervised(pp, pn, m, y), abs=1e-5)
+def vectorised_and_loop(pp, pn, m, g, y, seed):
+    """Each loss's (name, float32 value, float_bounds' bound, float64 loop value); the draws share `seed`."""
     index, _ = L.sample_representatives(g, m, torch.Generator().manual_seed(seed))
     reps = ref_rep_probs(pp, m, g, index)
-    gen = torch.Generator().manual_seed(seed)  # same draw as `index`
-    assert L.inter_group_loss(pp, m, g, gen).item() == pytest.approx(ref_inter(reps), abs=1e-6)
-    gen = torch.Generator().manual_seed(seed)
-    assert V.inter_logic_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_logic(reps), abs=1e-6)
-    gen = torch.Generator().manual_seed(seed)
-    assert V.inter_raw_loss(pp, m, g, gen).item() == pytest.approx(ref_inter_raw(reps), abs=1e-6)
-    # group id k stands for answer string k in every question; every fourth one is "no answer"
-    ids = torch.where(g % 4 == 0, -1, g)
-    gen = torch.Generator().manual_seed(seed)
-    assert V.balance_loss(pp, m, g, ids, gen, min_questions=2).item() == pytest.approx(
-        ref_balance(pp, m, g, index, ids, 2), abs=1e-6)
+    ids = torch.where(g % 4 == 0, -1, g)  # group id k is answer string k in every question; every fourth: no answer
+    draw = lambda: torch.Generator().manual_seed(seed)  # noqa: E731  the same draw as `index`
+    q, n = pp.shape  # sums: N branches (N^2 pairs for intra) per question, Q questions
+    checks = [("nega", lambda pp, pn: L.negation_loss(pp, pn, m), ref_nega(pp, pn, m), n),
+              ("intra", lambda pp, pn: L.intra_group_loss(pp, pn, m, g), ref_intra(pp, pn, m, g), n * n),
+              ("supervised", lambda pp, pn: L.supervised_loss(pp, pn, m, y), ref_supervised(pp, pn, m, y), n),
+              ("inter", lambda pp, pn: L.inter_group_loss(pp, m, g, draw()), ref_inter(reps), n),
+              ("inter_logic", lambda pp, pn: V.inter_logic_loss(pp, m, g, draw()), ref_inter_logic(reps), n * n),
+              ("inter_raw", lambda pp, pn: V.inter_raw_loss(pp, m, g, draw()), ref_inter_raw(reps), n),
+              ("balance", lambda pp, pn: V.balance_loss(pp, m, g, ids, draw(), min_questions=2),
+               ref_balance(pp, m, g, index, ids, 2), q * n)]
+    return [(name, *float32_and_bound(fn, pp, pn, terms=DEPTH + q + length), ref) for name, fn, ref, length in checks]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_matches_loop_reference(seed):
+    """Every loss in float32 against its float64 loop within what float32 rounding can move it (float_bounds)."""
+    for name, value, bound, ref in vectorised_and_loop(*ragged_batch(seed), seed):
+        assert value == pytest.approx(ref, abs=bound), name
+
+
+def test_the_loss_bound_fails_a_planted_error():
+    """A planted error of 4 bounds on each loss fails, and the bounds sit far below a relative 1e-4 of the loss."""
+    for name, value, bound, ref in vectorised_and_loop(*ragged_batch(0), 0):
+        assert abs(value - ref) <= bound < 1e-4 * abs(ref), name
+        assert value + 4 * bound != pytest.approx(ref, abs=bound), name
 
 
 def test_representatives_are_real_members_and_uniform():
@@ -362,13 +397,17 @@ def test_parse_loss_spec_errors(bad, needle):
 
 def test_total_loss_is_weighted_sum_and_shares_representatives():
     pp, pn, m, g, y = ragged_batch(3)
-    total, terms = S.total_loss(pp, pn, m, g, "nega+0.5*intra+inter+2*inter_logic",
-                                torch.Generator().manual_seed(5))
+    spec = "nega+0.5*intra+inter+2*inter_logic"
+    total, terms = S.total_loss(pp, pn, m, g, spec, torch.Generator().manual_seed(5))
     reps = L.sample_representatives(g, m, torch.Generator().manual_seed(5))
-    assert terms["inter"] == pytest.approx(L.inter_group_loss(pp, m, g, reps=reps).item(), abs=1e-6)
-    assert terms["inter_logic"] == pytest.approx(V.inter_logic_loss(pp, m, g, reps=reps).item(), abs=1e-6)
+    # the same float32 operations on the same draw: equal
+    assert terms["inter"] == L.inter_group_loss(pp, m, g, reps=reps).item()
+    assert terms["inter_logic"] == V.inter_logic_loss(pp, m, g, reps=reps).item()
     expected = terms["nega"] + 0.5 * terms["intra"] + terms["inter"] + 2 * terms["inter_logic"]
-    assert total.item() == pytest.approx(expected, rel=1e-5)
+    # float32's weighted sum of 4 terms against float64's: 4 products and 3 additions, each rounded within u of
+    # what it adds up, so at most 7 u of the sum of the |weight * term| (Higham's gamma_7)
+    magnitude = sum(abs(w * terms[k]) for k, w in S.parse_loss_spec(spec).items())
+    assert total.item() == pytest.approx(expected, abs=7 * U32 * magnitude)
     with pytest.raises(ValueError, match="labels"):
         S.total_loss(pp, pn, m, g, "supervised", None)
 
@@ -384,5 +423,6 @@ def test_curriculum_optimises_inter_first_then_negation_then_everything():
     assert S.staged_terms(v(nega=0.5, intra=0.3), 0.2) == {"nega", "intra"}
     pp, pn, m, g = one_question([0.6, 0.6, 0.2], [0.9, 0.9, 0.9], [0, 0, 1])
     total, terms = S.total_loss(pp, pn, m, g, "nega+intra+inter", torch.Generator().manual_seed(0), curriculum=0.2)
-    assert terms["inter"] == pytest.approx(0.602335, abs=1e-6) and terms["nega"] > 0.2
-    assert total.item() == pytest.approx(terms["inter"], abs=1e-6)
+    # test_inter_hand_worked's question (0.602335 there), by the same float32 operations: equal, and the total is it
+    assert terms["inter"] == L.inter_group_loss(pp, m, g, torch.Generator().manual_seed(0)).item()
+    assert terms["nega"] > 0.2 and total.item() == terms["inter"]

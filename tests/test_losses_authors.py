@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from float_bounds import condition_tolerance, printed_rounding
 
 from lover_lmeval.core.verify.loss_spec import loss_terms
 from lover_lmeval.core.verify.losses import sample_pairs, sample_representatives
@@ -29,6 +30,22 @@ REPS = (torch.tensor([[1, 2, 0], [0, 1, 2]]), torch.tensor([[True, True, False],
 # The one pair: question 0's group "a", branches (0, 1).
 PAIRS = (torch.tensor([[0, 0, 0], [0, 0, 0]]), torch.tensor([[1, 0, 0], [0, 0, 0]]),
          torch.tensor([[True, False, False], [False, False, False]]))
+# The roundings on one path of these reductions (the representative's gather, p log2 p counted 3, the sums over a
+# question's groups and the questions of a bucket, the buckets' mean) for 7 x 6 inputs at most.
+TERMS = 24
+
+
+def bound(fn, *inputs):
+    """How far float32 rounding can move `fn(*inputs)` from its exact value (tests/float_bounds.py)."""
+    return condition_tolerance(fn, inputs, TERMS)
+
+
+def inter_raw_by_hand(questions):
+    """The docstring's inter_raw in float64: per question (sum p - 1)^2 + mean of -p log2 p, bucketed by G."""
+    buckets = {}
+    for ps in questions:
+        buckets.setdefault(len(ps), []).append((sum(ps) - 1) ** 2 - sum(p * math.log2(p) for p in ps) / len(ps))
+    return sum(sum(v) / len(v) for v in buckets.values()) / len(buckets)
 
 
 def test_negation_on_representatives_by_hand():
@@ -38,14 +55,15 @@ def test_negation_on_representatives_by_hand():
     q1 b0 (0.5, 0.5): 0.25 + 0    = 0.25;  q1 b1 (0.4, 0.3): 0.09 + 0.09 = 0.18;  q1 b2 (0.1, 0.8): 0.01 + 0.01 = 0.02.
     Mean of five: 0.70 / 5 = 0.14 (the paper's sum over every branch would give another number).
     """
-    value = negation_loss_representative(P_POS, P_NEG, MASK, GROUPS, reps=REPS)
-    assert float(value) == pytest.approx(0.14, abs=1e-6)
+    nega = lambda pp, pn: negation_loss_representative(pp, pn, MASK, GROUPS, reps=REPS)  # noqa: E731
+    assert float(nega(P_POS, P_NEG)) == pytest.approx(0.14, abs=bound(nega, P_POS, P_NEG))
 
 
 def test_intra_group_on_one_pair_by_hand():
     """One group with two branches, pair (0, 1) of question 0: (0.9 - 0.7)^2 + (0.2 - 0.4)^2 = 0.04 + 0.04 = 0.08;
     the mean over that one pair is 0.08. Without any group of two branches the term is 0."""
-    assert float(intra_group_loss_representative(P_POS, P_NEG, MASK, GROUPS, pairs=PAIRS)) == pytest.approx(0.08)
+    intra = lambda pp, pn: intra_group_loss_representative(pp, pn, MASK, GROUPS, pairs=PAIRS)  # noqa: E731
+    assert float(intra(P_POS, P_NEG)) == pytest.approx(0.08, abs=bound(intra, P_POS, P_NEG))
     none = (PAIRS[0], PAIRS[1], torch.zeros(2, 3, dtype=torch.bool))
     assert float(intra_group_loss_representative(P_POS, P_NEG, MASK, GROUPS, pairs=none)) == 0.0
 
@@ -59,12 +77,18 @@ def test_inter_raw_averaged_within_group_count_buckets_by_hand():
     A third question with G = 2 and p = (0.5, 0.5), value 0 + 1/2 = 0.5, joins q0's bucket:
     ((0.422293 + 0.5) / 2 + 0.453655) / 2 = 0.457401, where a plain mean over questions gives 0.458649.
     """
-    assert float(inter_raw_loss_bucketed(P_POS, MASK, GROUPS, reps=REPS)) == pytest.approx(0.437974, abs=1e-5)
+    two = inter_raw_by_hand([(0.7, 0.2), (0.5, 0.4, 0.1)])
+    assert two == pytest.approx(0.437974, abs=printed_rounding(6))
+    inter_raw = lambda pp: inter_raw_loss_bucketed(pp, MASK, GROUPS, reps=REPS)  # noqa: E731
+    assert float(inter_raw(P_POS)) == pytest.approx(two, abs=bound(inter_raw, P_POS))
     p_pos = torch.cat([P_POS, torch.tensor([[0.5, 0.5, 0.0]])])
     groups = torch.cat([GROUPS, torch.tensor([[0, 1, 0]])])
     mask = torch.cat([MASK, torch.tensor([[True, True, False]])])
     reps = (torch.cat([REPS[0], torch.tensor([[0, 1, 0]])]), torch.cat([REPS[1], torch.tensor([[True, True, False]])]))
-    assert float(inter_raw_loss_bucketed(p_pos, mask, groups, reps=reps)) == pytest.approx(0.457401, abs=1e-5)
+    three = inter_raw_by_hand([(0.7, 0.2), (0.5, 0.4, 0.1), (0.5, 0.5)])
+    assert three == pytest.approx(0.457401, abs=printed_rounding(6))
+    inter_raw = lambda pp: inter_raw_loss_bucketed(pp, mask, groups, reps=reps)  # noqa: E731
+    assert float(inter_raw(p_pos)) == pytest.approx(three, abs=bound(inter_raw, p_pos))
 
 
 def _loop_reference(p_pos, p_neg, mask, groups, reps, pairs):
@@ -102,11 +126,13 @@ def test_vectorised_reductions_match_the_loop_reference(seed):
     groups = torch.tensor([[rng.randint(0, 2) for _ in range(n)] for _ in range(q_count)])
     reps, pairs = sample_representatives(groups, mask, gen), sample_pairs(groups, mask, gen)
     want = _loop_reference(p_pos, p_neg, mask, groups, reps, pairs)
-    got = (negation_loss_representative(p_pos, p_neg, mask, groups, reps=reps),
-           intra_group_loss_representative(p_pos, p_neg, mask, groups, pairs=pairs),
-           inter_raw_loss_bucketed(p_pos, mask, groups, reps=reps))
-    for g, w in zip(got, want):
-        assert float(g) == pytest.approx(w, abs=1e-5)
+    reductions = (lambda pp, pn: negation_loss_representative(pp, pn, mask, groups, reps=reps),
+                  lambda pp, pn: intra_group_loss_representative(pp, pn, mask, groups, pairs=pairs),
+                  lambda pp, pn: inter_raw_loss_bucketed(pp, mask, groups, reps=reps))
+    for reduction, w in zip(reductions, want):
+        tolerance = bound(reduction, p_pos, p_neg)
+        assert float(reduction(p_pos, p_neg)) == pytest.approx(w, abs=tolerance)
+        assert float(reduction(p_pos, p_neg)) + 4 * tolerance != pytest.approx(w, abs=tolerance)  # a planted error
 
 
 def test_sampled_pairs_are_two_distinct_members_of_their_group():
@@ -124,13 +150,14 @@ def test_representative_reduction_is_dispatched_by_name():
     draws = {"reps": REPS, "pairs": PAIRS}
     values = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["nega", "intra", "inter_raw", "balance"],
                         answer_ids=torch.zeros(2, 3, dtype=torch.long), reduction="representative", draws=draws)
-    assert float(values["nega"]) == pytest.approx(0.14, abs=1e-6)
-    assert float(values["intra"]) == pytest.approx(0.08)
-    assert float(values["inter_raw"]) == pytest.approx(0.437974, abs=1e-5)
+    # the functions the hand-worked tests above pin, on the same inputs and draws: equal
+    assert float(values["nega"]) == float(negation_loss_representative(P_POS, P_NEG, MASK, GROUPS, reps=REPS))
+    assert float(values["intra"]) == float(intra_group_loss_representative(P_POS, P_NEG, MASK, GROUPS, pairs=PAIRS))
+    assert float(values["inter_raw"]) == float(inter_raw_loss_bucketed(P_POS, MASK, GROUPS, reps=REPS))
     own = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["balance"], answer_ids=torch.zeros(2, 3, dtype=torch.long),
                      draws=draws)
-    assert float(values["balance"]) == pytest.approx(float(own["balance"]))
-    assert bucket_mean(torch.tensor([1.0, 3.0, 5.0]), torch.tensor([2, 2, 0])) == pytest.approx(2.0)
+    assert float(values["balance"]) == float(own["balance"])  # the same function on the same inputs
+    assert bucket_mean(torch.tensor([1.0, 3.0, 5.0]), torch.tensor([2, 2, 0])) == 2.0  # (1 + 3) / 2: exact in float32
 
 
 def test_regime_authors_preset_and_single_field_overrides():
@@ -181,4 +208,7 @@ def test_inter_with_the_representative_reduction_is_bucketed_too():
     equals the mean over the two questions; the paper's (question-mean) value is the same here."""
     values = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["inter"], reduction="representative", draws={"reps": REPS})
     paper = loss_terms(P_POS, P_NEG, MASK, GROUPS, ["inter"], draws={"reps": REPS})
-    assert float(values["inter"]) == pytest.approx(float(paper["inter"]))
+    # two float32 orders of one mean, each within float_bounds' bound of the exact value
+    tolerance = sum(bound(lambda pp: loss_terms(pp, P_NEG, MASK, GROUPS, ["inter"], draws={"reps": REPS},
+                                                **kw)["inter"], P_POS) for kw in ({"reduction": "representative"}, {}))
+    assert float(values["inter"]) == pytest.approx(float(paper["inter"]), abs=tolerance)

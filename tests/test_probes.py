@@ -4,9 +4,12 @@ the label-free warning after every test-time fit (scoring.rank_checks / warn_if_
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
+from float_bounds import U32, U64, printed_rounding
 
 from lover_lmeval.core.decode.branch import Branch
 from lover_lmeval.core.results import LoverResult
@@ -28,8 +31,13 @@ def test_the_first_direction_hand_worked():
     assert sd == pytest.approx(2 ** 0.5)
     probe = DirectionProbe(mean, d, sd, VerifierConfig())
     p_pos, p_neg = probe(features)
-    assert torch.allclose(p_pos[0], torch.tensor([0.80443, 0.19557, 0.5, 0.5]), atol=1e-5)
-    assert torch.allclose((p_pos + 1 - p_neg) / 2, p_pos, atol=1e-7)
+    exact = [1 / (1 + math.exp(-z)) for z in (2 ** 0.5, -(2 ** 0.5), 0.0, 0.0)]
+    assert exact == pytest.approx([0.80443, 0.19557, 0.5, 0.5], abs=printed_rounding(5))
+    # float32: z from the centring, the product and the division by sd (3 roundings, |z| <= 1.5, sigmoid' <= 1/4),
+    # then exp within one ulp, 1 + exp and the reciprocal: at most 4 u of a value <= 1 more
+    assert p_pos[0].tolist() == pytest.approx(exact, abs=U32 * (3 * 1.5 / 4 + 4))
+    # p+ and p- within that of exact (p- = 1 - p+), then p+ + 1 and - p- each rounded within u of 2; / 2 exact
+    assert torch.allclose((p_pos + 1 - p_neg) / 2, p_pos, rtol=0, atol=U32 * (2 * (3 * 1.5 / 4 + 4) + 4) / 2)
     probe.orientation.fill_(-1.0)  # flipped as `orient_by` flips: p+ and p- trade places, score -> 1 - score
     flipped, _ = probe(features)
     assert torch.allclose(flipped, 1 - p_pos)
@@ -53,7 +61,11 @@ def test_the_first_direction_matches_a_slow_reference():
     top = np.linalg.eigh(cov)[1][:, -1]
     top *= np.sign(top[np.abs(top).argmax()])
     _, d, _ = first_direction(features, mask)
-    assert np.allclose(d.numpy(), top, atol=1e-5)
+    # both in float64 (d rounded to float32 last, within u of a unit vector's entry): the eigenvectors differ by
+    # each side's rounding of the covariance's sums over the R real rows (R u64 of its norm) over the gap to the next
+    # eigenvalue (Davis-Kahan)
+    values = np.linalg.eigvalsh(cov)
+    assert np.allclose(d.numpy(), top, rtol=0, atol=U32 + 2 * len(real) * U64 * values[-1] / (values[-1] - values[-2]))
 
 
 def test_ccs_is_lover_s_fit_reduced_to_burns_et_al_s_probe():
@@ -126,7 +138,8 @@ def test_a_planted_reversed_fit_is_named_in_one_log_line(caplog):
     reversed_fit = _planted(lambda share: 1 - share)
     checks = rank_checks(reversed_fit, "number", ["lover"])
     assert checks["lover"]["vote"] == pytest.approx(-1.0)
-    assert checks["lover"]["confidence"] == pytest.approx(-31.5 / (39 * 31.5) ** 0.5, abs=1e-4)
+    # rank_checks reports 4 decimals
+    assert checks["lover"]["confidence"] == pytest.approx(-31.5 / (39 * 31.5) ** 0.5, abs=printed_rounding(4))
     with caplog.at_level("WARNING"):
         assert warn_if_reversed(checks, "my_task", 2) == ["lover"]
     lines = [r.getMessage() for r in caplog.records]
@@ -135,7 +148,7 @@ def test_a_planted_reversed_fit_is_named_in_one_log_line(caplog):
     caplog.clear()
     checks = rank_checks(_planted(lambda share: share), "number", ["lover"])
     assert checks["lover"]["vote"] == pytest.approx(1.0)
-    assert checks["lover"]["confidence"] == pytest.approx(31.5 / (39 * 31.5) ** 0.5, abs=1e-4)
+    assert checks["lover"]["confidence"] == pytest.approx(31.5 / (39 * 31.5) ** 0.5, abs=printed_rounding(4))
     assert warn_if_reversed(checks, "my_task", 2) == [] and not caplog.records
 
 
