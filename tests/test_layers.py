@@ -50,3 +50,27 @@ def test_architecture_md_names_every_module():
         if not any(f"`{name}`" in doc for name in names):
             missing.append("/".join(parts))
     assert not missing, f"docs/architecture.md has no line for {missing}"
+
+
+def test_every_module_logs_through_the_one_logger_named_for_the_model_that_runs(caplog):
+    """No module makes a logger of its own (math_worker.py only quiets math-verify's in its child process), and the
+    one logger writes under `lm_eval.<model>`: after `running("lover_vllm")` the pipeline's record is lover_vllm's,
+    so lm-eval's command line shows `[lover_vllm:...]` whichever module logged it."""
+    import logging
+
+    from lover_lmeval import log as package_log
+
+    own = []
+    for path in sorted((REPO / "lover_lmeval").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "getLogger"
+                    and path.name not in ("log.py", "math_worker.py")):
+                own.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not own, own
+    try:
+        package_log.running("lover_vllm")
+        with caplog.at_level(logging.INFO, logger="lm_eval.lover_vllm"):
+            package_log.log.info("%s: a message", package_log.model_name())
+        assert [(r.name, r.getMessage()) for r in caplog.records] == [("lm_eval.lover_vllm", "lover_vllm: a message")]
+    finally:
+        package_log.running("lover_hf")

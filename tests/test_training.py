@@ -122,11 +122,11 @@ def test_warn_if_constant_answer_names_the_answer_its_share_and_the_task(caplog)
         branches = [Branch(f"So the answer is {a}.", [1], [0.5], [(0, 1)], "stop") for a in ("3", "4", "4")]
         return LoverResult(branches, None, {"lover": np.stack([p_pos, 1 - np.array(p_pos)], axis=-1)})
 
-    with caplog.at_level("WARNING", logger="lover_lmeval.core.verify.scoring"):
+    with caplog.at_level("WARNING", logger="lm_eval.lover_hf"):
         warn_if_constant_answer([result([0.9, 0.1, 0.2])] * 19 + [result([0.1, 0.9, 0.9])], "lover_gsm8k", "number")
     assert "picks the answer '3' in 95% of them" in caplog.text and "lover_gsm8k" in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING", logger="lover_lmeval.core.verify.scoring"):
+    with caplog.at_level("WARNING", logger="lm_eval.lover_hf"):
         warn_if_constant_answer([result([0.9, 0.1, 0.2])] * 18 + [result([0.1, 0.9, 0.9])] * 2, "lover_gsm8k", "number")
     assert caplog.text == ""
 

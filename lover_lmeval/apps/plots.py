@@ -3,12 +3,11 @@ warning line)."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from ..core.files import atomic_path
 
-log = logging.getLogger(__name__)
+from ..log import log
 
 
 def _pyplot():

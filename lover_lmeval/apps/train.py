@@ -15,7 +15,6 @@ seconds to import.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from .plots import plot_history
 from .samples import task_extractor
 from .settings import TrainSettings
 
-log = logging.getLogger(__name__)
+from ..log import log
 
 
 @dataclass

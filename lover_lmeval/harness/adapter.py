@@ -16,7 +16,8 @@ from lm_eval.models.utils import handle_stop_sequences, truncate_tokens
 from tqdm import tqdm
 
 from ..core.decode.engine import RunSpec
-from ..core.pipeline import Pipeline, log
+from ..core.pipeline import Pipeline
+from ..log import log
 from ..core.results import LoverResult
 from .chat import warn_on_prompt_format
 from . import repeats, task_hook

@@ -11,11 +11,10 @@ are refilled as they finish), so it is detected once and `:N` is accepted and ig
 
 from __future__ import annotations
 
-import logging
 
 import torch
 
-log = logging.getLogger("lm_eval.lover_hf")
+from ..log import log, model_name
 
 #: rows a decoding step holds on a CPU when batch_size=auto (measured best on our 2-core machines, see above)
 CPU_ROWS = 50
@@ -49,7 +48,7 @@ def auto_batch_size(model, requested, n_branches: int, longest_prompt: int, max_
         while found > 1 and not _fits(model, found * n_branches, length):
             found //= 2
         how = f"the largest of {max_batch_size} halved that fits {n_branches} rows a question x {length} tokens"
-    log.info("lover_hf: batch_size=%s -> %d questions (%d rows) per decoding batch: %s%s", requested, found,
+    log.info("%s: batch_size=%s -> %d questions (%d rows) per decoding batch: %s%s", model_name(), requested, found,
              found * n_branches, how, "; detected once (the :N re-detections of HFLM do not apply)"
              if ":" in str(requested) else "")
     return found

@@ -7,7 +7,7 @@ prompts, and the other way round, with nothing failing.
 
 from __future__ import annotations
 
-from ..core.pipeline import log
+from ..log import log
 
 _MARK = "\x00"  # stands for the user's message when rendering the template's prefix
 

@@ -11,7 +11,7 @@ from functools import partial
 from lm_eval.api.filter import Filter
 
 from ..core.select.answers import get_extractor
-from ..core.pipeline import log
+from ..log import log, model_name
 from ..core.results import model_arg_scoring
 from ..core.select.selection import ORACLES, SCORES_READ, SelectionConfig, check_strategy, select
 
@@ -100,8 +100,8 @@ def check_filters_before_decoding(fit_extract: str | None, scored: set[str], ado
                              f"({', '.join(sorted(names))}); one fit groups answers one way: give them one extract.")
         (extracts[task],) = names if adopt else (fit_extract,)
         if adopt and extracts[task] != fit_extract:
-            log.info("lover_hf: task %s: extract=%s, as its lover_select filters group answers (model_args set none)",
-                     task or "?", extracts[task])
+            log.info("%s: task %s: extract=%s, as its lover_select filters group answers (model_args set none)",
+                     model_name(), task or "?", extracts[task])
     for task, select_filter in found:
         if select_filter.strategy in ORACLES and select_filter.gold is None:
             raise ValueError(f"a task's lover_select filter (strategy={select_filter.strategy}, an oracle) names no "

@@ -19,7 +19,8 @@ from dataclasses import replace
 from lm_eval.models.utils import normalize_gen_kwargs
 
 from ..core.decode.decoding import BRANCH_ZERO, DecodingConfig
-from .model_args import LoverUsageError, log
+from ..log import log
+from .model_args import LoverUsageError
 
 #: request kwargs lover_hf honours (lm-eval's normalisation folds max_new_tokens & co. into max_gen_toks)
 HONOURED = {"until", "max_gen_toks", "do_sample", "temperature", "top_p"}

@@ -14,6 +14,7 @@ from lm_eval.models.huggingface import HFLM
 from ..core import loading
 from ..core.decode.engine import RunSpec
 from ..core.pipeline import Pipeline
+from ..log import running
 from .adapter import LoverRequests, check_truncation_side
 from .batch_size import questions_per_batch
 from .model_args import check_before_loading, hub_error, loader_error, one_line_errors, parse_model_args, usage_errors
@@ -31,6 +32,7 @@ class LoverLM(LoverRequests, HFLM):
 
     def __init__(self, pretrained=None, gguf_file=None, device=None, truncation_side="left", **kwargs):
         one_line_errors(self.NAME)  # on the lm_eval / lover CLI, a bad setting is one line, not a traceback
+        running(self.NAME)  # the package's messages name this model from now on (lover_lmeval/log.py)
         self._logged: set[str] = set()
         side = check_truncation_side(truncation_side)  # lm-eval's VLLM's argument, honoured here too
         config, hf_args, self.explicit = parse_model_args(kwargs)  # bad values fail before the model loads

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
-import logging
 import os
 import sys
 
@@ -18,7 +17,7 @@ from lm_eval.models.huggingface import HFLM
 
 from ..core.config import MODEL_ARGS, LoverConfig
 
-log = logging.getLogger("lm_eval.lover_hf")
+from ..log import log, model_name
 
 LOVER_ARGS = (*MODEL_ARGS, "fit_config", "pretrained", "gguf_file", "device", "truncation_side")
 #: model_args that choose the decoding; a request's generation kwargs may not contradict those the user set
@@ -61,9 +60,9 @@ def parse_model_args(kwargs: dict) -> tuple[LoverConfig, dict, set[str]]:
     with usage_errors():
         config, hf_args = LoverConfig.from_model_args(kwargs)
     if config.decoding.n_branches == 1:
-        log.warning("lover_hf: n_branches=1 decodes one branch a question, so every selector row reports that "
+        log.warning("%s: n_branches=1 decodes one branch a question, so every selector row reports that "
                     "branch's answer (greedy's) and the test-time fit is skipped; use n_branches >= 2 (e.g. 10) to "
-                    "compare selectors.")
+                    "compare selectors.", model_name())
     return config, hf_args, {arg for arg in (*DECODING_ARGS, "n_branches", "extract") if arg in kwargs}
 
 

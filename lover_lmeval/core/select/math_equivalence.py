@@ -19,7 +19,6 @@ import atexit
 import functools
 import importlib.util
 import json
-import logging
 import os
 import select
 import subprocess
@@ -28,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from ...log import log
 
 #: Seconds one parse or comparison may take (math-verify's own default, 5 s); past it the call counts as failed.
 TIMEOUT_S = 5.0

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import logging
 import os
 import sqlite3
 import time
@@ -31,7 +30,7 @@ try:  # POSIX; elsewhere gzip banks have a single writer at a time
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-log = logging.getLogger("lm_eval.lover_hf")
+from ...log import log
 GZIP_MAGIC = b"\x1f\x8b\x08"  # the first bytes of every gzip member (deflate)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_SUFFIXES = (".sqlite", ".sqlite3", ".db")

@@ -16,7 +16,6 @@ decoded now or read back. Dimensions: N branches, T templates, L feature layers,
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, replace
 
@@ -28,7 +27,7 @@ from ..decode.features import MAX_PASS_ROWS, assertion_features, questions_featu
 from ..decode.token_stats import decode_stats, encode_stats
 from .bank import BranchBank, FeatureCache
 
-log = logging.getLogger("lm_eval.lover_hf")  # the pipeline's logger (lm-eval's CLI shows it)
+from ...log import log
 #: Tokens per branch a pass over one question's N branches is planned for (a few-shot prompt and a 512-token branch):
 #: its KV caches hold N x this many tokens at once (decode/features.questions_features keeps each branch's cache for
 #: the template pass); a pass shared by several questions closes at that many tokens (pass_is_full), so it holds no

@@ -10,13 +10,12 @@ Dimensions: Q questions, N branches, D hidden size; R real (unpadded) branches.
 
 from __future__ import annotations
 
-import logging
 import math
 
 import torch
 from torch import nn
 
-log = logging.getLogger(__name__)
+from ...log import log
 
 
 @torch.no_grad()

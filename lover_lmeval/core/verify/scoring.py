@@ -10,7 +10,6 @@ Dimensions: Q questions, N branches (padded to the largest), D hidden size.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 
 import numpy as np
@@ -24,7 +23,7 @@ from ..stats import spearman
 from .fit_cache import FITS
 from .verifier_config import VerifierConfig
 
-log = logging.getLogger(__name__)
+from ...log import log
 
 
 def batch_results(results, extract: str):

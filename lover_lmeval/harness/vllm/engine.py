@@ -22,7 +22,6 @@ Dimensions: Q questions, N branches per question.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from ...core.decode.branch import Branch, finish_reason_of, make_branch
 from ...core.decode.engine import Decoded, RunSpec
 from ...core.decode.sampling import question_seed
 
-log = logging.getLogger("lm_eval.lover_hf")  # the pipeline's logger (lm-eval's CLI shows it)
+from ...log import log
 
 
 #: A chunk's sequences (questions x N) in multiples of the engine's running batch (max_num_seqs): at 4, the batch is

@@ -3,7 +3,6 @@ or files, vLLM's model_args, and the devices' memory as vLLM itself will read it
 
 from __future__ import annotations
 
-import logging
 
 import torch
 
@@ -11,7 +10,7 @@ from ..model_args import LoverUsageError
 from .memory_plan import (ALONE_UTILIZATION, MemoryPlan, count_parameters, dtype_bytes, hf_pass_bytes,
                           kv_bytes_per_token, safetensors_bytes)
 
-log = logging.getLogger("lm_eval.lover_hf")  # the pipeline's logger (lm-eval's CLI shows it)
+from ...log import log
 
 #: the config fields vLLM takes the default max_model_len from (the smallest present), as its ModelConfig does
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length",

@@ -21,7 +21,8 @@ import torch
 
 from ...core import loading
 from ...core.decode.engine import eos_ids
-from ...core.pipeline import Pipeline, log
+from ...core.pipeline import Pipeline
+from ...log import log, running
 from ..adapter import LoverRequests
 from ..model_args import LoverUsageError, hub_error, one_line_errors, usage_errors
 from .engine import VLLMEngine, chunk_size
@@ -93,6 +94,7 @@ class LoverVLLM(LoverRequests, VLLM):
     def __init__(self, pretrained=None, gguf_file=None, memory_plan: str = "auto", chunk_questions="auto", **kwargs):
         self._check_vllm()
         one_line_errors(self.NAME)
+        running(self.NAME)  # the package's messages name this model from now on (lover_lmeval/log.py)
         self._logged: set[str] = set()
         config, vllm_args, self.explicit, chunk_questions = parse_vllm_args(memory_plan, chunk_questions, kwargs)
         gguf_sha256 = None

@@ -22,7 +22,7 @@ import torch
 
 from ...core.decode.engine import Decoded, RunSpec
 from ...core.loading import cache_dir
-from ...core.pipeline import log
+from ...log import log
 from ...core.store.bank import BranchBank
 from ...core.store.banked import BankedEngine
 
