@@ -476,3 +476,35 @@ def test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes(lm
     for decoded in first:
         assert decoded.branches == single[decoded.q], decoded.q
     assert {decoded.q: decoded.branches for decoded in again} == {0: single[3], 1: single[4]}
+
+
+@needs_vllm
+def test_stock_tasks_get_every_selector_row_and_repeats_are_one_question_with_k_branches(lm, tmp_path, caplog):
+    """lover_vllm (the module engine, 10 branches) on lm-eval's own gsm8k_cot (two chains), zero-shot, 32 tokens:
+    its own rows and each chain's selector rows, each chain's greedy row its own row (branch 0). And on lm-eval's
+    gsm8k_cot_self_consistency with `repeats: 10` (a user's variant of the shipped YAML: the engine started for 10
+    branches): one question decoded once with 10 branches, whose copies lm-eval reads as its 10 answers, so its
+    score-first row is branch 0, the greedy row's."""
+    import logging
+
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    import stock_yaml
+
+    folder = stock_yaml.write_overrides(tmp_path / "stock", ["gsm8k_cot", "gsm8k_cot_self_consistency"])
+    (folder / "sc10.yaml").write_text(f"include: {folder / 'gsm8k_cot_self_consistency.yaml'}\n"
+                                      "task: gsm8k_cot_sc10\nrepeats: 10\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="lm_eval.lover_vllm"):
+        out = simple_evaluate(model=lm, tasks=["gsm8k_cot", "gsm8k_cot_sc10"], limit=1, num_fewshot=0,
+                              log_samples=True, gen_kwargs={"max_gen_toks": 32},
+                              task_manager=TaskManager(include_path=str(folder)))
+    assert any("lover_vllm rank 0/1: 2 questions x 10 branches" in r.getMessage() for r in caplog.records)
+    samples = {task: {s["filter"]: s["filtered_resps"] for s in rows} for task, rows in out["samples"].items()}
+    cot = samples["gsm8k_cot"]
+    for chain in ("strict-match", "flexible-extract"):
+        assert cot[chain] == cot[f"{chain}/greedy"]
+        assert {f"{chain}/majority", f"{chain}/cisc_t0.1", f"{chain}/self_certainty"} <= set(cot)
+    consistency = samples["gsm8k_cot_sc10"]
+    assert {"score-first", "maj@64", "maj@8", "greedy", "majority"} <= set(consistency)
+    assert consistency["score-first"] == consistency["greedy"]
