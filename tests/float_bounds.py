@@ -80,3 +80,17 @@ def printed_rounding(digits: int) -> float:
     """Absolute tolerance for a value written with `digits` decimals (a docstring's 0.602335): half a unit of the
     last digit, the most rounding to that many decimals moves it."""
     return 0.5 * 10.0 ** -digits
+
+
+def reference_fit_tolerance(magnitude: float) -> float:
+    """Absolute tolerance for two float64 runs of one fit that group the same arithmetic differently (a vectorised
+    step and its straightforward loop, K tries together and one at a time, streamed and dense inputs): sqrt(U64) of
+    the values' magnitude, agreement to half of float64's digits.
+
+    Why half: each operation rounds by U64, and a fit's epochs amplify what rounding leaves (AdamW divides by the
+    root of a second moment that can be near zero: 60 epochs at lr 1e-2 amplify float32's rounding about 1,000-fold,
+    which is why these comparisons run in float64 and not float32, where the same amplification depends on the
+    kernels a CPU picks). An amplification up to 1/sqrt(U64) = 6.7e7 still fits; a difference in what is computed
+    (another draw, term or step) moves a fitted value by far more than 1e-8 of its size, which the planted checks
+    show."""
+    return math.sqrt(U64) * magnitude

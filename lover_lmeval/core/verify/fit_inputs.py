@@ -18,16 +18,22 @@ from torch import nn
 from ...log import log
 
 
+def fit_dtype(features: torch.Tensor) -> torch.dtype:
+    """The dtype a fit computes in: float32, whatever the features' (bf16, float16, float32), except float64 features,
+    which are fitted in float64: a reference run, both sides of a test held to float64's rounding."""
+    return torch.float64 if features.dtype == torch.float64 else torch.float32
+
+
 @torch.no_grad()
 def normalization_stats(features: torch.Tensor, mask: torch.Tensor, mode: str, dim: int,
                         chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean, std)``, each ``(2, D)`` (row 0 = x+, row 1 = x-), from the real branches; with ``chunk``, two passes
     over ``chunk`` questions at a time in float64 (no float32 copy of the whole set)."""
     if mode == "none":
-        return torch.zeros(2, dim), torch.ones(2, dim)
+        return torch.zeros(2, dim, dtype=fit_dtype(features)), torch.ones(2, dim, dtype=fit_dtype(features))
     if chunk is not None:
         return _streamed_stats(features, mask, mode, chunk)
-    real = features[mask].float()  # (R, 2, D), R = real branches
+    real = features[mask].to(fit_dtype(features))  # (R, 2, D), R = real branches
     mean = real.mean(dim=0)  # (2, D)
     centred = real - mean  # (R, 2, D)
     if mode == "mean":
@@ -47,7 +53,7 @@ def _streamed_stats(features, mask, mode: str, chunk: int) -> tuple[torch.Tensor
         std = (squares.sum() / squares.numel() / count).sqrt().expand(2, features.shape[-1])  # one shared scalar
     else:
         std = (squares / count).sqrt()
-    return mean.float(), std.float().clamp(min=1e-6)
+    return mean.to(fit_dtype(features)), std.to(fit_dtype(features)).clamp(min=1e-6)
 
 
 class NormalizedInputs:
@@ -65,7 +71,8 @@ class NormalizedInputs:
         self._dense = self._normalize(features, mask) if chunk is None else None
 
     def _normalize(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        normalized = features.masked_fill(~mask[..., None, None], 0).float()  # a copy: safe to work in place
+        # a copy, safe to work in place, in the statistics' dtype: float32 (fit_statistics), float64 for a reference
+        normalized = features.masked_fill(~mask[..., None, None], 0).to(self.mean.dtype)
         return normalized.sub_(self.mean).div_(self.std)  # in place: one float32 copy, not three
 
     @property

@@ -171,7 +171,7 @@ def seeded_verifier(config: VerifierConfig, seed: int, mean: torch.Tensor, std: 
     """A fresh probe initialised from `seed` (without touching the global RNG), carrying the normalisation."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        verifier = Verifier(mean.shape[-1], config).to(mean.device)
+        verifier = Verifier(mean.shape[-1], config).to(mean.device, mean.dtype)  # float64: a reference fit
     verifier.load_state_dict({**verifier.state_dict(), "norm_mean": mean, "norm_std": std})
     return verifier
 
