@@ -69,10 +69,13 @@ def test_eos_ends_a_branch_and_is_not_kept(tiny_model, tokenizer):
 @pytest.mark.parametrize("mode", ["cot", "sample", "beam"])
 def test_offsets_tile_the_text_and_margins_are_probability_gaps(tiny_model, tokenizer, mode):
     """Every kept token (a stop string cuts some branches) has an offset, a margin in [0, 1] and its 4 token_stats:
-    log-probs <= 0, an entropy in [0, ln V], KL(U || p) >= 0 (their values against the model: test_features.py)."""
+    log-probs <= 0, an entropy in [0, ln V], KL(U || p) >= 0 (their values against the model: test_features.py), each
+    bound up to the float32 error float_bounds gives these statistics."""
     branches, _ = _decode(tiny_model, tokenizer, mode, n=3, max_new=10, stop=["e"])
     assert "stop" in {b.finish_reason for q in branches for b in q}
     ln_v = math.log(len(tokenizer))
+    slack = statistics_tolerance(tiny_model, [tokenizer.encode(p) + b.token_ids for p, q in zip(PROMPTS, branches)
+                                              for b in q])
     for branch in (b for q in branches for b in q):
         assert len(branch.offsets) == len(branch.token_ids) == len(branch.margins)
         assert "".join(branch.text[s:e] for s, e in branch.offsets) == branch.text
@@ -80,8 +83,8 @@ def test_offsets_tile_the_text_and_margins_are_probability_gaps(tiny_model, toke
         assert list(branch.stats) == list(STAT_NAMES)
         assert all(len(values) == len(branch.token_ids) for values in branch.stats.values())
         assert all(lp <= 0 and tk <= 0 for lp, tk in zip(branch.stats["logprob"], branch.stats["topk_logprob"]))
-        assert all(-1e-5 <= h <= ln_v + 1e-4 for h in branch.stats["entropy"])
-        assert all(kl >= -1e-5 for kl in branch.stats["kl_uniform"])
+        assert all(-slack <= h <= ln_v + slack for h in branch.stats["entropy"])
+        assert all(kl >= -slack for kl in branch.stats["kl_uniform"])
 
 
 def test_sampling_is_seeded(tiny_model, tokenizer):
