@@ -164,7 +164,8 @@ def golden_results(features: Path) -> dict[str, tuple[str, list, list[str]]]:
     lm = LoverLM(bank=str(BANK), bank_only=True, feature_cache=str(features))
     out = {}
     for task in ("lover_gsm8k", "lover_bbh_web_of_lies"):
-        extract, metric, gold_extract = check_task(manager.load([task])["tasks"][task])
+        reading = check_task(manager.load([task])["tasks"][task])
+        extract, metric, gold_extract = reading.extract, reading.metric, reading.gold_extract
         lm.pipeline.extract = extract
         samples = simple_evaluate(model=lm, tasks=[task], limit=8, log_samples=True, task_manager=manager,
                                   apply_chat_template=True)["samples"][task]

@@ -154,7 +154,7 @@ def test_stock_gsm8k_and_bbh_get_every_selector_row_and_greedy_equals_hf(stock, 
     """lover_hf with 3 branches on lm-eval's gsm8k_cot (two chains) and bbh_cot_fewshot_boolean_expressions (one):
     the tasks' own rows and each chain's greedy row read exactly what `--model hf` reads on the same model."""
     names = "gsm8k_cot,bbh_cot_fewshot_boolean_expressions"
-    done = _run("lover_hf", "n_branches=3", names, stock, tmp_path / "lover")
+    done = _run("lover_hf", f"n_branches=3,bank={tmp_path / 'bank.sqlite'}", names, stock, tmp_path / "lover")
     _run("hf", f"pretrained={smollm2_dir}", names, stock, tmp_path / "hf")
     assert "4 questions x 3 branches" in done.stderr
     assert "for gsm8k_cot its own rows (strict-match, flexible-extract: branch 0)" in done.stderr
@@ -174,7 +174,8 @@ def test_stock_gsm8k_and_bbh_get_every_selector_row_and_greedy_equals_hf(stock, 
 def _opens_in_lover_view(out: Path, cwd: Path) -> None:
     """`lover view` on the stock run, in another process than the run's (here: after it, with the run's chain
     extractors rebuilt from the results file): each row's accuracy is lm-eval's, each question's gold answer is the
-    target as exact_match normalises it, and each branch's answer is what the task's first chain reads in its text."""
+    target as exact_match normalises it, each branch's answer is what the task's first chain reads in its text, and
+    its tokens and CoT margins come from the run's bank (every question of both tasks banked)."""
     from test_view import page_data
 
     from lover_lmeval.core.select.answers import TASK_EXTRACTORS, get_extractor
@@ -200,6 +201,9 @@ def _opens_in_lover_view(out: Path, cwd: Path) -> None:
         texts = json.loads(sample["resps"][0][0])["texts"]
         assert [b[0] for b in question["b"]] == texts
         assert [b[1] for b in question["b"]] == [a.value if (a := strict(t)) else None for t in texts]
+    assert all(task["banked"] == 2 for task in tasks.values())
+    branches = [b for q in task["questions"] for b in q["b"]]
+    assert any(b[3] > 0 for b in branches) and all(len(b[6]) == b[3] for b in branches)  # tokens, their margins
 
 
 @pytest.mark.slow

@@ -86,7 +86,8 @@ class ColumnBuffer(DynamicLayer):
     SPARE = 64
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized or self.keys.numel() == 0:
+        # empty: transformers' own update starts the layer (4.56 marks that by keys None, 5.x by is_initialized)
+        if getattr(self, "keys", None) is None or not getattr(self, "is_initialized", True) or self.keys.numel() == 0:
             return super().update(key_states, value_states, *args, **kwargs)
         held, new = self.keys.shape[-2], key_states.shape[-2]
         if not self._views_buffer(held + new):
