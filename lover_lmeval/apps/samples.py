@@ -66,18 +66,14 @@ class TaskReading:
     """A stock task's exact_match normalisation of the gold answer, as lm-eval scores its rows (None: none)."""
 
 
-def has_lover_select(task) -> bool:
-    return any(step.get("function") == "lover_select" for entry in (task.config.filter_list or [])
-               for step in entry.get("filter", []))
-
-
 def check_task(task, user_extract: str | None = None) -> TaskReading:
     """How compare reads the task (TaskReading), or TaskNotComparable naming what is wrong: what `compare` checks of
     every task before any model loads or decodes. A task with lover_select filters names its extractor there; a stock
     task (none) is grouped as lover_hf groups it (harness/stock_rows.py: `user_extract`, the model_args' extract=,
     else its first chain that reads an answer from the text)."""
-    if not has_lover_select(task) and getattr(task.config, "output_type", None) == "generate_until":
-        from ..harness.stock_rows import metric_normaliser, plan_task
+    from ..harness.stock_rows import is_stock, metric_normaliser, plan_task
+
+    if is_stock(task):
 
         plan = plan_task(task, user_extract)
         if plan.fit_extract is None:

@@ -21,11 +21,11 @@ from ..log import log
 from ..core.results import LoverResult
 from .chat import warn_on_prompt_format
 from . import repeats, task_hook
-from .filter import check_filters_before_decoding, evaluated_metrics, lover_select_arguments
+from .filter import check_filters_before_decoding, evaluated_metrics
 from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
 from .model_args import LoverUsageError, banked_interrupt, usage_errors
 from .ranks import fit_every_task
-from .stock_rows import add_rows, available_rows, plan_task
+from .stock_rows import add_rows, available_rows, is_stock, plan_task
 from .thinking import think_marker, view_after_thinking
 
 task_hook.install()  # the tasks of a generate_until call, found from its requests (harness/task_hook.py)
@@ -145,10 +145,8 @@ class LoverRequests:
     def plan_rows(self, tasks, scored: set[str]) -> tuple[list, list[str]]:
         """The stock tasks' plans (harness/stock_rows.py: every task without a lover_select filter) with their rows
         added to the tasks, and the selector rows; a task that cannot group its answers says so in one line."""
-        selected = {name for name, _ in lover_select_arguments(tasks)}
         user_extract = self.pipeline.config.selection.extract if "extract" in self.explicit else None
-        plans = [plan_task(task, user_extract) for task in tasks if task.config.task not in selected
-                 and getattr(task.config, "output_type", None) == "generate_until"]
+        plans = [plan_task(task, user_extract) for task in tasks if is_stock(task)]
         rows = available_rows(scored)
         for plan in plans:
             if plan.why_none is not None:

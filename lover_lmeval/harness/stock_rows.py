@@ -31,6 +31,7 @@ from lm_eval.filters.selection import MajorityVoteFilter, TakeFirstFilter, TakeK
 from ..core.select.answers import TASK_EXTRACTORS, Answer, get_extractor
 from ..core.select.rows import TASK_ROWS
 from ..core.select.selection import ORACLES, SCORES_READ, pick_branch
+from .filter import lover_select_arguments
 
 #: Filters that choose among a question's responses and read none: no part of how one branch's answer is read.
 REDUCERS = (TakeFirstFilter, TakeKFilter, MajorityVoteFilter)
@@ -180,6 +181,12 @@ class StockPlan:
 
     def row_names(self, rows: list[str]) -> list[str]:
         return [prefix + row for prefix, _, _ in self.groupings for row in rows]
+
+
+def is_stock(task) -> bool:
+    """Whether a task gets selector rows from here: a generate_until task without a lover_select filter (one with
+    them, a lover_* task or a user's, names its rows itself)."""
+    return getattr(task.config, "output_type", None) == "generate_until" and not lover_select_arguments([task])
 
 
 def plan_task(task, user_extract: str | None) -> StockPlan:
