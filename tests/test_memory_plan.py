@@ -159,3 +159,26 @@ def test_a_share_the_user_chose_too_small_is_refused_with_the_share_that_fits():
     assert p.mode == "refused"
     assert "pass gpu_memory_utilization=0.08 or more (now 0.05); or tensor_parallel_size=2" in p.reason
     assert plan(QWEN_1_5B, 1, CARD_80GB, utilization=0.1, phase_utilization=0.1).mode == "beside"
+
+
+@pytest.mark.parametrize("asked, logged", [
+    ("phases", "lover_vllm runs memory_plan=phases as asked, not the plan's beside (the engine's share 0.2)."),
+    ("beside", None),  # what the plan chose: its own line says it
+    ("auto", None),
+])
+def test_a_layout_asked_over_the_plan_is_logged_as_the_one_that_runs(smollm2_dir, caplog, asked, logged):
+    """SmolLM2 on the CPU backend, 0.2 of the RAM chosen by the user (so the engine keeps 0.2 alone too, whatever
+    this machine has free): the plan is beside; memory_plan=phases is taken as asked, and a second line says that
+    phases runs (the plan's own line still says beside) with the engine's share."""
+    import logging
+
+    from lover_lmeval.harness.vllm.memory import choose_placement
+
+    config = json.loads((smollm2_dir / "config.json").read_text())
+    args = {"dtype": "float32", "gpu_memory_utilization": 0.2, "max_model_len": 1024}
+    with caplog.at_level(logging.INFO, logger="lm_eval"):
+        placement, plan = choose_placement(str(smollm2_dir), config, args, 10, False, True, "smollm2", asked)
+    assert placement == ("beside" if asked == "auto" else asked) and plan.mode == "beside"
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("lover_vllm memory plan: beside.") for m in messages)
+    assert (logged in messages) if logged else not any("as asked" in m for m in messages)

@@ -150,12 +150,14 @@ def test_without_vllm_the_model_is_refused_in_one_line(tmp_path):
 def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(tmp_path, smollm2_dir):
     """The real `lm_eval` CLI, the embedded SmolLM2 (no pretrained): the same rows as lover_hf's, from vLLM's
     branches, and the provenance names the engine and the memory plan. 21 branches: one more first-step candidate
-    than vLLM's default max_logprobs (20), which lover_vllm raises to N."""
+    than vLLM's default max_logprobs (20), which lover_vllm raises to N. A 0.1 share (0.85 GiB of KV cache): the
+    engine starts ~10 s sooner than with the plan's 0.2, whose KV cache vLLM's CPU backend fills at start."""
     _needs_the_engine()
     from lover_lmeval.core.select.rows import TASK_ROWS
 
     out = tmp_path / "out"
-    done = _cli(["--model", "lover_vllm", "--model_args", "n_branches=21,max_model_len=1024,enforce_eager=true",
+    done = _cli(["--model", "lover_vllm", "--model_args", "n_branches=21,max_model_len=1024,enforce_eager=true,"
+                 "gpu_memory_utilization=0.1",
                  "--gen_kwargs", "max_gen_toks=24", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples",
                  "--output_path", str(out)], tmp_path)
     assert done.returncode == 0, done.stderr[-5000:]
@@ -407,7 +409,9 @@ def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_
     """The lm_eval CLI, lover_vllm in phases, one question a vLLM call (chunk_questions=1), 6 GSM8K questions: killed
     with SIGKILL (its engine process with it) once phase 1 has staged at least one question and before it has staged
     them all. The same command then decodes only the questions not staged (its log says how many were), hands the
-    staged ones over as they were decoded, ends with all 6 in the bank, and discards the staged records."""
+    staged ones over as they were decoded, ends with all 6 in the bank, and discards the staged records. The engine's
+    share is 0.1 (0.85 GiB of KV cache, room for 19 full-length sequences): in phases the plan gives vLLM 0.86 of the
+    RAM, and vLLM's CPU backend takes ~60 s to make an 18 GiB KV cache, in each of the two runs."""
     _needs_the_engine()
     from lover_lmeval.core.store.bank import BranchBank
 
@@ -416,7 +420,7 @@ def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "LOVER_CACHE_DIR": str(cache)}
     command = [sys.executable, "-m", "lm_eval", "--model", "lover_vllm", "--model_args",
                f"pretrained={smollm2_dir},memory_plan=phases,chunk_questions=1,max_model_len=1024,enforce_eager=true,"
-               f"bank={bank}", "--gen_kwargs", "max_gen_toks=48", "--tasks", "lover_gsm8k", "--limit", "6"]
+               f"gpu_memory_utilization=0.1,bank={bank}", "--gen_kwargs", "max_gen_toks=48", "--tasks", "lover_gsm8k", "--limit", "6"]
 
     def staged_count() -> int:
         try:  # the writer may hold the lock for an instant: read again at the next poll
@@ -439,6 +443,7 @@ def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_
 
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-5000:]
+    assert "lover_vllm runs memory_plan=phases as asked, not the plan's beside (the engine's share 0.1)" in done.stderr
     assert (f"vLLM decodes {6 - len(before)} questions ({len(before)} staged by an earlier run, 0 read from the bank "
             "later)") in done.stderr
     banked = BranchBank(bank)

@@ -116,6 +116,10 @@ def choose_placement(pretrained: str, hf_config: dict, vllm_args: dict, n_branch
         return ("beside" if asked == "auto" else asked), plan
     log.info(plan.describe())
     if asked != "auto":
+        if asked != plan.mode:  # the plan's line above names its own layout: say which one runs
+            share = plan.phase_utilization if asked == "phases" else plan.utilization
+            log.info("lover_vllm runs memory_plan=%s as asked, not the plan's %s (the engine's share %g).", asked,
+                     plan.mode, share)
         return asked, plan
     if plan.mode == "refused":
         raise LoverUsageError(f"{plan.reason} (memory_plan=beside or phases runs it anyway.)")
