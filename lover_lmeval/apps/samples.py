@@ -31,7 +31,7 @@ def task_extractor(task) -> str:
     return names.pop()
 
 
-def task_metric(task) -> tuple[str, str | None]:
+def task_metric(task, tool: str = "lover compare") -> tuple[str, str | None]:
     """The first of READABLE_METRICS in the task's metric_list (lm-eval's default for the task's output type when it
     has none), and the extractor that metric reads the gold answer with: lover_match's `extract` (its own default
     "number"), None for exact_match (the target as text)."""
@@ -44,7 +44,7 @@ def task_metric(task) -> tuple[str, str | None]:
         if name in READABLE_METRICS:
             return name, entry.get("extract", "number") if name == "lover_match" else None
     raise TaskNotComparable(
-        f"lover compare cannot read the metric of task {task.config.task!r} (found {names}): it needs each question's "
+        f"{tool} cannot read the metric of task {task.config.task!r} (found {names}): it needs each question's "
         f"0/1 score of the selected answer; list `metric: lover_match` (as README's 'Bring your own task' does) or "
         f"`metric: exact_match` (targets already in the extractor's normal form) in the task's metric_list.")
 
@@ -66,24 +66,23 @@ class TaskReading:
     """A stock task's exact_match normalisation of the gold answer, as lm-eval scores its rows (None: none)."""
 
 
-def check_task(task, user_extract: str | None = None) -> TaskReading:
-    """How compare reads the task (TaskReading), or TaskNotComparable naming what is wrong: what `compare` checks of
-    every task before any model loads or decodes. A task with lover_select filters names its extractor there; a stock
-    task (none) is grouped as lover_hf groups it (harness/stock_rows.py: `user_extract`, the model_args' extract=,
-    else its first chain that reads an answer from the text)."""
+def check_task(task, user_extract: str | None = None, tool: str = "lover compare") -> TaskReading:
+    """How `tool` (compare, view) reads the task (TaskReading), or TaskNotComparable naming what is wrong: what
+    `compare` checks of every task before any model loads or decodes. A task with lover_select filters names its
+    extractor there; a stock task (none) is grouped as lover_hf groups it (harness/stock_rows.py: `user_extract`, the
+    model_args' extract=, else its first chain that reads an answer from the text)."""
     from ..harness.stock_rows import is_stock, metric_normaliser, plan_task
 
     if is_stock(task):
-
         plan = plan_task(task, user_extract)
         if plan.fit_extract is None:
-            raise TaskNotComparable(f"lover compare: {plan.why_none.removeprefix('lover: ')}")
-        return TaskReading(plan.fit_extract, *task_metric(task), plan.groupings[0][0], metric_normaliser(task))
+            raise TaskNotComparable(f"{tool}: {plan.why_none.removeprefix('lover: ')}")
+        return TaskReading(plan.fit_extract, *task_metric(task, tool), plan.groupings[0][0], metric_normaliser(task))
     try:
         extract_name = task_extractor(task)
     except ValueError as error:
-        raise TaskNotComparable(f"lover compare: {error}") from None
-    return TaskReading(extract_name, *task_metric(task))
+        raise TaskNotComparable(f"{tool}: {error}") from None
+    return TaskReading(extract_name, *task_metric(task, tool))
 
 
 def metric_gold(target, gold_extract: str | None) -> str:

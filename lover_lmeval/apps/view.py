@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from types import SimpleNamespace
 
 from .settings import CompareSettings
 
@@ -110,51 +109,30 @@ def read_samples(path: Path) -> list[dict]:
     return samples
 
 
-def _task_stub(task: str, config: dict) -> SimpleNamespace:
-    """The parts of an lm-eval task samples.py's checks read, from the task's config as the results file keeps it."""
-    return SimpleNamespace(config=SimpleNamespace(task=task, filter_list=config.get("filter_list"),
-                                                  metric_list=config.get("metric_list"),
-                                                  output_type=config.get("output_type")))
-
-
-def stock_grouping(task: str, config: dict, model_args, fit: dict | None):
-    """(extractor name, the metric's normalisation) of a stock task (harness/stock_rows.py): the extractor the run's
-    fit names, else the one the run's plan would group by (the user's `extract=`, else the task's first chain), its
-    chains rebuilt from the results file's config and registered here; SystemExit naming the task when the run could
-    not group its answers (it has its own rows only)."""
-    from ..harness.stock_rows import metric_normaliser, plan_task, task_from_config
-
-    try:
-        rebuilt = task_from_config(task, config)
-    except ValueError as error:
-        raise SystemExit(f"lover view: {error}") from None
-    plan = plan_task(rebuilt, model_args_of(model_args).get("extract"))
-    extract = (fit or {}).get("extract") or plan.fit_extract
-    if extract is None:
-        raise SystemExit(f"lover view: {plan.why_none.removeprefix('lover: ')}, so the page cannot group them either")
-    return extract, metric_normaliser(rebuilt)
-
-
 def lm_eval_task(task: str, samples_file: Path, results: dict):
     """One task of an lm-eval run: its rows' 0/1 per question as its metric scored them (samples.table_from_samples),
     each filter's pick, the prompts and each question's logged LoverResult (texts, finish reasons, scores)."""
     from ..core.select.answers import get_extractor
-    from .samples import TaskNotComparable, table_from_samples, task_extractor, task_metric
+    from ..harness.stock_rows import is_stock, task_from_config
+    from .samples import TaskNotComparable, check_task, table_from_samples
     from .view_page import TaskInput
 
     samples = read_samples(samples_file)
-    config = results.get("configs", {}).get(task, {})
-    stub = _task_stub(task, config)
     fit = results.get("config", {}).get("lover", {}).get("test_time_fits", {}).get(task)
-    normalise = None
+    try:  # the task rebuilt from the results file's config and read as `lover compare` reads it
+        rebuilt = task_from_config(task, results.get("configs", {}).get(task, {}))
+        user_extract = model_args_of(results.get("config", {}).get("model_args")).get("extract")
+        reading = check_task(rebuilt, user_extract, tool="lover view")
+    except TaskNotComparable as refusal:
+        raise SystemExit(str(refusal)) from None
+    except ValueError as error:
+        raise SystemExit(f"lover view: {error}") from None
+    # A stock task's branches are grouped as the run's fit grouped them (the extractor it names), else by the plan.
+    extract = ((fit or {}).get("extract") or reading.extract) if is_stock(rebuilt) else reading.extract
+    metric = reading.metric
     try:
-        extract = task_extractor(stub)
-    except ValueError:  # a stock task: its branches grouped by its own chains, as the run grouped them
-        extract, normalise = stock_grouping(task, config, results.get("config", {}).get("model_args"), fit)
-    try:
-        metric, gold_extract = task_metric(stub)
-        table, logged, gold, ids = table_from_samples(samples, get_extractor(extract), metric, gold_extract,
-                                                      normalise)
+        table, logged, gold, ids = table_from_samples(samples, get_extractor(extract), metric, reading.gold_extract,
+                                                      reading.normalise)
         logged = [json.loads(text) for text in logged]
     except TaskNotComparable as refusal:
         raise SystemExit(f"lover view: {refusal}") from None

@@ -210,20 +210,27 @@ def plan_task(task, user_extract: str | None) -> StockPlan:
 
 
 def task_from_config(name: str, config: dict):
-    """A stock task's parts `plan_task` reads (its chains, its metric), rebuilt from its config as lm-eval's results
-    file keeps it, so a reader in another process (`lover view`) groups the branches as the run did. ValueError when a
-    chain names a filter this lm-eval does not register (a custom `!function` filter is kept only as text)."""
+    """A task's parts that `is_stock`, `plan_task` and `lover compare`'s checks read (its type, filters and metric;
+    a stock task's chains), rebuilt from its config as lm-eval's results file keeps it, so a reader in another process
+    (`lover view`) reads its answers as the run did. The chains are rebuilt only for a stock task, the one whose rows
+    are planned from them: ValueError when one names a filter this lm-eval does not register (a custom `!function`
+    filter is kept only as text)."""
+    task = SimpleNamespace(_filters=[], config=SimpleNamespace(
+        task=name, filter_list=config.get("filter_list"), metric_list=config.get("metric_list"),
+        output_type=config.get("output_type")))
+    if not is_stock(task):
+        return task
     try:
-        chains = [build_filter_ensemble(entry["name"], [(step["function"], {k: v for k, v in step.items()
-                                                                            if k != "function"})
-                                                        for step in entry["filter"]])
-                  for entry in config.get("filter_list") or []]
+        task._filters = [build_filter_ensemble(entry["name"], [(step["function"], {k: v for k, v in step.items()
+                                                                                   if k != "function"})
+                                                               for step in entry["filter"]])
+                         for entry in config.get("filter_list") or []]
     except KeyError as unknown:
         raise ValueError(f"task {name}: its filter chain names {unknown}, which this lm-eval does not register (a "
                          "custom filter is kept in the results file only as text)") from None
-    if not chains:  # lm-eval's own chain of a task without filters (ConfigurableTask.__init__)
-        chains = [build_filter_ensemble("none", [("take_first", None)])]
-    return SimpleNamespace(_filters=chains, config=SimpleNamespace(task=name, metric_list=config.get("metric_list")))
+    if not task._filters:  # lm-eval's own chain of a task without filters (ConfigurableTask.__init__)
+        task._filters = [build_filter_ensemble("none", [("take_first", None)])]
+    return task
 
 
 def add_rows(plan: StockPlan, rows: list[str], verifier: str = "lover") -> None:

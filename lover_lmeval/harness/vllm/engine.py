@@ -32,6 +32,10 @@ from ...core.decode.sampling import question_seed
 
 from ...log import log
 
+#: why lover_vllm has no beams, said by `parse_vllm_args` before anything loads and by the engine if driven directly
+BEAM_REFUSAL = ("decoding=beam is lover_hf's (beam search through transformers' generate); lover_vllm decodes cot or "
+                "sample: use --model lover_hf for beams.")
+
 
 #: A chunk's sequences (questions x N) in multiples of the engine's running batch (max_num_seqs): at 4, the batch is
 #: full for most of a chunk, and the drain at its end, when fewer sequences than a batch remain, is a small share of it.
@@ -85,9 +89,8 @@ class VLLMEngine:
         from vllm import SamplingParams  # lazy: the core and lover_hf never need vLLM
 
         config, stop, budget = spec.decoding, list(spec.until), spec.max_gen_toks
-        if config.mode == "beam":
-            raise ValueError("decoding=beam is lover_hf's (beam search through transformers' generate); lover_vllm "
-                             "decodes cot or sample: use --model lover_hf for beams.")
+        if config.mode == "beam":  # parse_vllm_args refuses it first; this engine is also driven directly
+            raise ValueError(BEAM_REFUSAL)
         ends = dict(stop=stop, stop_token_ids=sorted(self.eos_ids))
         if config.mode == "sample":
             params = [SamplingParams(n=config.n_branches, temperature=config.temperature, top_p=config.top_p,

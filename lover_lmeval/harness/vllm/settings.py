@@ -22,6 +22,7 @@ from pathlib import Path
 from ...core.config import MODEL_ARGS
 from ..adapter import check_truncation_side
 from ..model_args import LoverUsageError, parse_model_args
+from .engine import BEAM_REFUSAL
 from .memory import PLACEMENTS
 
 #: lover_hf's model_args for its own engine's batching (core/config.py's `batching` component)
@@ -43,8 +44,7 @@ def parse_vllm_args(memory_plan: str, chunk_questions, kwargs: dict):
     check_truncation_side(kwargs.get("truncation_side", "left"))  # lm-eval's VLLM keeps it; the adapter cuts by it
     config, vllm_args, explicit = parse_model_args(kwargs)
     if config.decoding.mode == "beam":
-        raise LoverUsageError("decoding=beam is lover_hf's (beam search through transformers' generate); "
-                              "lover_vllm decodes cot or sample: use --model lover_hf for beams.")
+        raise LoverUsageError(BEAM_REFUSAL)
     for name, ours in REFUSED.items():
         if name in vllm_args:
             raise LoverUsageError(f"model_arg {name}={vllm_args[name]} is vLLM's, but lover_vllm sets it from "
