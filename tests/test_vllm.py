@@ -420,7 +420,8 @@ def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "LOVER_CACHE_DIR": str(cache)}
     command = [sys.executable, "-m", "lm_eval", "--model", "lover_vllm", "--model_args",
                f"pretrained={smollm2_dir},memory_plan=phases,chunk_questions=1,max_model_len=1024,enforce_eager=true,"
-               f"gpu_memory_utilization=0.1,bank={bank}", "--gen_kwargs", "max_gen_toks=48", "--tasks", "lover_gsm8k", "--limit", "6"]
+               f"gpu_memory_utilization=0.1,bank={bank}", "--gen_kwargs", "max_gen_toks=48", "--tasks", "lover_gsm8k",
+               "--limit", "6"]
 
     def staged_count() -> int:
         try:  # the writer may hold the lock for an instant: read again at the next poll

@@ -106,6 +106,12 @@ def plan_memory(pretrained: str, config: dict, vllm_args: dict, n_branches: int,
                       utilization, int(alone * 100) / 100, free, model=model)
 
 
+def alone_share(plan: MemoryPlan, explicit_utilization: bool) -> float:
+    """The engine's share in phases, where it runs alone: the user's gpu_memory_utilization when they chose one, else
+    the plan's larger share."""
+    return plan.utilization if explicit_utilization else plan.phase_utilization
+
+
 def choose_placement(pretrained: str, hf_config: dict, vllm_args: dict, n_branches: int, gpu: bool,
                      explicit_utilization: bool, name: str, asked: str) -> tuple[str, MemoryPlan | str]:
     """(the layout this run takes, the memory plan or why none could be made), logged in one line; a plan that
@@ -117,7 +123,7 @@ def choose_placement(pretrained: str, hf_config: dict, vllm_args: dict, n_branch
     log.info(plan.describe())
     if asked != "auto":
         if asked != plan.mode:  # the plan's line above names its own layout: say which one runs
-            share = plan.phase_utilization if asked == "phases" else plan.utilization
+            share = alone_share(plan, explicit_utilization) if asked == "phases" else plan.utilization
             log.info("lover_vllm runs memory_plan=%s as asked, not the plan's %s (the engine's share %g).", asked,
                      plan.mode, share)
         return asked, plan

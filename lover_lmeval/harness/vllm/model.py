@@ -27,7 +27,7 @@ from ..adapter import LoverRequests
 from ..model_args import LoverUsageError, hub_error, one_line_errors, usage_errors
 from .engine import VLLMEngine, chunk_size
 from .hf_copy import features_model, meta_copy
-from .memory import choose_placement
+from .memory import alone_share, choose_placement
 from .memory_plan import MemoryPlan
 from .phases import decode_first, discard_staged
 from .replicas import ReplicaEngine
@@ -117,8 +117,8 @@ class LoverVLLM(LoverRequests, VLLM):
         self.placement, self.plan = choose_placement(pretrained, hf_config, vllm_args, config.decoding.n_branches, gpu,
                                                explicit_utilization, name, memory_plan)
         self._copy_args = (pretrained, vllm_args, gpu, self.changes)
-        if self.placement == "phases" and isinstance(self.plan, MemoryPlan) and not explicit_utilization:
-            vllm_args["gpu_memory_utilization"] = self.plan.phase_utilization  # alone: a larger share
+        if self.placement == "phases" and isinstance(self.plan, MemoryPlan):
+            vllm_args["gpu_memory_utilization"] = alone_share(self.plan, explicit_utilization)
         self._start(lambda: super(LoverVLLM, self).__init__(pretrained=pretrained, **vllm_args))
         if self.placement == "phases" and self.data_parallel_size <= 1:  # VLLM reads it from the engine, freed later
             self._max_length = self._max_length or self.model.llm_engine.model_config.max_model_len
