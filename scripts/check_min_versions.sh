@@ -13,10 +13,10 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 source "$repo/scripts/phases.sh"
 
-install() {  # --no-compile: as scripts/setup.sh says
+install() {
   python3 -m venv "$work/venv"
-  "$work/venv/bin/pip" install -q --no-compile torch==2.13.0
-  "$work/venv/bin/pip" install -q --no-compile -c "$repo/ci/min-versions.txt" -e "$repo[test]"
+  "$work/venv/bin/pip" install -q torch==2.13.0
+  "$work/venv/bin/pip" install -q -c "$repo/ci/min-versions.txt" -e "$repo[test]"
   "$work/venv/bin/pip" check
 }
 

