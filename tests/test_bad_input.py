@@ -142,7 +142,7 @@ def test_a_checkpoint_records_and_checks_its_checksum(tiny_model_dir, tmp_path):
     with safe_open(path, framework="pt") as f:
         meta = json.loads(f.metadata()["lover"])
     assert len(meta["tensors_sha256"]) == 64
-    assert LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier=path).pipeline.verifiers["lover"]
+    assert LoverLM(pretrained=str(tiny_model_dir), n_branches=2, verifier=path).pipeline.verifiers["lover"].module
 
 
 FILTER_TASK = """task: {name}

@@ -74,3 +74,58 @@ def test_every_module_logs_through_the_one_logger_named_for_the_model_that_runs(
         assert [(r.name, r.getMessage()) for r in caplog.records] == [("lm_eval.lover_vllm", "lover_vllm: a message")]
     finally:
         package_log.running("lover_hf")
+
+
+#: The names the package's components go by where another module holds them: the lm-eval models, the pipeline, its
+#: engines, the copy that reads, the store's parts.
+COMPONENTS = {"lm", "pipeline", "pipe", "engine", "vllm_engine", "inner", "phases", "model", "hf_model", "llm",
+              "store", "feature_cache", "bank"}
+
+
+def _attribute_chain(node: ast.expr) -> list[str]:
+    """`a.b.c` -> ["a", "b", "c"] (the names of an attribute's owner, root first)."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    return names[::-1]
+
+
+def components_set_from_outside(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, target) of every assignment or setattr in `tree` to an attribute of a component the function did not
+    build: its owner reached through a parameter, a global or another object (`pipeline.model = ...`,
+    `self.vllm_engine.name += ...`, `lm.staged_keys = ...`), not `self.x` nor an object built in the same function."""
+    found = []
+    functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for function in functions:
+        built = {target.id for node in ast.walk(function) if isinstance(node, (ast.Assign, ast.With, ast.For))
+                 for target in ast.walk(node) if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store)}
+        for node in ast.walk(function):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign)) else []
+            owners = [(t.value, ast.unparse(t)) for target in targets for t in ast.walk(target)
+                      if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store)]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+                owners.append((node.args[0], f"setattr({ast.unparse(node.args[0])}, ...)"))
+            for owner, text in owners:
+                chain = _attribute_chain(owner)
+                if chain in (["self"], ["cls"]) or (len(chain) == 1 and chain[0] in built):
+                    continue
+                if COMPONENTS & set(chain):
+                    found.append((node.lineno, text))
+    return sorted(set(found))
+
+
+def test_no_module_sets_another_components_attributes():
+    """A component changes its state through its own methods (`Pipeline.read_with`, `LoverVLLM.free_engine`), never
+    by another module's assignment: lover_vllm's phases once set the pipeline's model, engine and feature-cache salt
+    and the lm-eval model's attributes from free functions. The check finds such an assignment where one is planted."""
+    package = REPO / "lover_lmeval"
+    found = {f"{path.relative_to(package)}:{line}: {text}" for path in sorted(package.rglob("*.py"))
+             for line, text in components_set_from_outside(ast.parse(path.read_text(encoding="utf-8")))}
+    assert not found, sorted(found)
+    planted = ast.parse("def swap(pipeline, model):\n    pipeline.model = model\n\n"
+                        "class A:\n    def rename(self):\n        self.vllm_engine.name += '+lora'\n")
+    assert components_set_from_outside(planted) == [(2, "pipeline.model"), (6, "self.vllm_engine.name")]

@@ -230,11 +230,12 @@ def test_gguf_is_converted_once_and_identified_by_its_sha256(smollm2_dir, monkey
 
 def test_test_time_fit_runs_once_per_task(tiny_model_dir, monkeypatch):
     """Two tasks in one run: each is fitted on its own questions, exactly as a run of that task alone."""
-    from lover_lmeval.core import pipeline
+    from lover_lmeval.core.verify import test_time
 
     fitted = []
-    real_fit = pipeline.fit_on_results
-    monkeypatch.setattr(pipeline, "fit_on_results", lambda results, **kw: fitted.append(len(results)) or real_fit(results, **kw))
+    real_fit = test_time.fit_on_results
+    monkeypatch.setattr(test_time, "fit_on_results",
+                        lambda results, **kw: fitted.append(len(results)) or real_fit(results, **kw))
     lm = LoverLM(pretrained=str(tiny_model_dir), n_branches=2, batch_size=4, fit_config="epochs=1;restarts=1")
     requests = [_request(c, task=t) for c, t in [("Q: 1+1?", "task_a"), ("Q: 2+2?", "task_b"), ("Q: 3+3?", "task_a")]]
     results = lm.generate_until(requests, disable_tqdm=True)

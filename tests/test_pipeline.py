@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 from lm_eval.api.instance import Instance
 
@@ -122,3 +123,48 @@ def test_a_shared_pass_closes_at_the_plans_tokens_or_at_its_rows():
     assert pass_is_full([question(100, 50, 30)] * 2, n_branches=2, context=300)
     assert not pass_is_full([question(1, 1, 1)] * 31, n_branches=2, context=300)
     assert pass_is_full([question(1, 1, 1)] * 32, n_branches=2, context=300)
+
+
+def test_read_with_hands_the_pipeline_another_copy_and_the_feature_cache_follows_the_copy_that_reads(
+        tiny_model, tokenizer, tmp_path):
+    """lover_vllm's phases in small: a pipeline built on a meta-device skeleton of the tiny model (no weights), bank
+    only, reads a bank with the real copy once `read_with` hands it over. Its features are those a pipeline built on
+    the real copy computes (the same pass: equal), and they are cached under the copy that read them (its dtype and
+    device), not the skeleton it was built with. A pipeline whose HF engine decodes with its own model, and a copy in
+    another dtype, are refused."""
+    import copy
+
+    from transformers import LlamaForCausalLM
+
+    from lover_lmeval.core.config import LoverConfig
+    from lover_lmeval.core.decode.decoding import DecodingConfig
+    from lover_lmeval.core.decode.engine import RunSpec
+    from lover_lmeval.core.pipeline import Pipeline
+    from lover_lmeval.core.store.bank import BankConfig, FeatureCache
+
+    bank = str(tmp_path / "bank.sqlite")
+    decoding = DecodingConfig(n_branches=3)
+    prompts = [tokenizer.encode(c) for c in ("Q: 2 + 2?\nA:", "Q: name a colour.\nA:")]
+    spec = RunSpec(decoding, ("\n",), 4)
+    Pipeline(tiny_model, tokenizer, LoverConfig(decoding=decoding, bank=BankConfig(bank, feature_cache=None)),
+             model_name="tiny").run(prompts, spec)  # decoded and banked
+
+    def reader_pipeline(model, name: str) -> Pipeline:
+        (tmp_path / name).mkdir()
+        return Pipeline(model, tokenizer, LoverConfig(decoding=decoding, bank=BankConfig(
+            bank, bank_only=True, feature_cache=str(tmp_path / name))), model_name="tiny")
+
+    with torch.device("meta"):
+        skeleton = LlamaForCausalLM(tiny_model.config).eval()
+    staged = reader_pipeline(skeleton, "staged")
+    staged.read_with(tiny_model)
+    got = staged.run(prompts, spec)
+    want = reader_pipeline(tiny_model, "direct").run(prompts, spec)
+    assert all(torch.equal(a.stored_features, b.stored_features) for a, b in zip(got, want))
+    cache, keys = FeatureCache(tmp_path / "staged"), staged.record_keys(prompts, spec)
+    assert all(cache.read_by(tiny_model).get(k, staged.layers, staged.template_ids) is not None for k in keys)
+    assert all(cache.read_by(skeleton).get(k, staged.layers, staged.template_ids) is None for k in keys)
+    with pytest.raises(ValueError, match="HF engine decodes with the model it reads with"):
+        Pipeline(tiny_model, tokenizer).read_with(tiny_model)
+    with pytest.raises(ValueError, match="torch.bfloat16 copy cannot replace the torch.float32"):
+        staged.read_with(copy.deepcopy(tiny_model).to(torch.bfloat16))

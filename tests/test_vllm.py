@@ -116,7 +116,7 @@ def lm(smollm2_dir):
     yield lm
     # Stop the engine's process now: left to vLLM's exit hook, it logs into streams pytest has closed by then (a
     # screenful of "Logging error" in CI's log after the summary line).
-    lm.model.llm_engine.engine_core.shutdown()
+    lm.free_engine()
 
 
 @pytest.fixture(scope="module")

@@ -115,9 +115,10 @@ def setup(settings: CompareSettings) -> Comparison:
     extra = {name: load_checkpoint(path, expect=lm.pipeline.identity) for name, path in settings.checkpoints.items()}
     # every verifier that scores rows, with the gold labels it was made with; lover_hf's own verifier=CKPT and
     # supervised_verifier=CKPT rows are named by the task YAML, so their tags are added here
-    metas = {**lm.pipeline.verifier_meta, **{name: meta for name, (_, meta) in extra.items()}}
+    metas = {**{name: v.meta for name, v in lm.pipeline.verifiers.items()},
+             **{name: meta for name, (_, meta) in extra.items()}}
     tags = {name: label_tag(meta) for name, meta in metas.items()}
-    return Comparison(settings, manager, checked, lm, layers, extra, tagged_rows(tags, list(lm.pipeline.verifier_meta)),
+    return Comparison(settings, manager, checked, lm, layers, extra, tagged_rows(tags, list(lm.pipeline.verifiers)),
                       "lover_sum" + tags.get("lover", ""), report_header(settings, lm, metas))
 
 

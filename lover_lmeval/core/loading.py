@@ -91,6 +91,18 @@ def resolve_gguf(pretrained: str | None, gguf_file: str) -> Path:
     )
 
 
+def resolve_model(pretrained, gguf_file) -> tuple[object, str | None]:
+    """(what to load, the GGUF's sha256 or None) for model_args' `pretrained` / `gguf_file`: neither -> the embedded
+    GGUF; a `gguf_file` -> its converted folder (found as `resolve_gguf` says); otherwise `pretrained` as given (a
+    hub id, a folder, or an already-built model object lm-eval passes through)."""
+    if pretrained is None and gguf_file is None:
+        gguf_file = str(default_gguf())
+    if gguf_file is None or not isinstance(pretrained, (str, type(None))):
+        return pretrained, None
+    gguf_path = resolve_gguf(pretrained, str(gguf_file))
+    return str(convert_gguf(gguf_path)), sha256_file(gguf_path)
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

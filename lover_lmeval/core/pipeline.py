@@ -19,12 +19,9 @@ Dimensions: N branches, L feature layers, D hidden size.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
 
-import numpy as np
 import torch
 
 from .. import __version__
@@ -32,17 +29,17 @@ from .select.answers import get_extractor
 from .store.bank import DEFAULT_FEATURE_CACHE, BranchBank, FeatureCache, record_key, record_settings
 from .store.banked import BankedEngine
 from .store.complete import StoreStep, pass_is_full
-from .verify.checkpoints import gold_labels_used, label_tag, load_checkpoint, tensors_sha256
+from .store.ptrue_step import PTrueStep
+from .verify.checkpoints import load_verifier
 from .config import LoverConfig
 from .decode.decoding import DecodingConfig
 from .decode.engine import Decoded, Engine, HFEngine, RunSpec, eos_ids
 from .decode.static import check_static
-from .decode.ptrue import FALSE_WORDS, TRUE_WORDS, ptrue_from_tokens, word_tokens
 from .loading import cache_dir, model_identity
 from .results import STORED_DTYPES, LoverResult
-from .verify.probes import PROBES, fit_probes, neutral_probes
-from .verify.scoring import (fit_on_results, rank_checks, task_batch, unparsed_counts, warn_if_constant_answer,
-                             warn_if_one_sided, warn_if_reversed)
+from .verify.probes import PROBES
+from .verify.scoring import unparsed_counts
+from .verify.test_time import fit_task
 from .select.selection import select
 
 from ..log import log, model_name
@@ -56,8 +53,6 @@ class RunRecord:
     """task -> what its test-time fit saw and made."""
     decodings: list[dict] = field(default_factory=list)
     """Every decoding the run's requests asked for (lm-eval's generation kwargs can adapt model_args')."""
-    ptrue: dict = field(default_factory=lambda: {"questions": 0, "seconds": 0.0})
-    """What the opt-in P(True) pass scored and cost (ptrue=true)."""
 
     def decoded_with(self, decoding: DecodingConfig) -> None:
         if asdict(decoding) not in self.decodings:
@@ -86,7 +81,7 @@ class Pipeline:
         self.feature_cache = None
         if self.bank is not None and bank.feature_cache is not None:
             where = cache_dir() / "features" if bank.feature_cache == DEFAULT_FEATURE_CACHE else bank.feature_cache
-            self.feature_cache = FeatureCache(where, salt=f"{model.dtype}/{model.device.type}")
+            self.feature_cache = FeatureCache(where)  # the store keys it by the copy that reads (read_by)
         self.store = StoreStep(self.bank, self.feature_cache, self.template_ids, self.layers)
         decoder = engine or HFEngine(model, tokenizer, self.config.batching)
         self.engine: Engine = decoder if self.bank is None else BankedEngine(
@@ -94,23 +89,28 @@ class Pipeline:
         # Features are kept as computed: in a half-precision model's own dtype, otherwise float32 (results.py).
         self.stored_dtype = model.dtype if model.dtype in STORED_DTYPES else torch.float32
         self.record = RunRecord()
-        self.verifiers, self.verifier_meta, self.verifier_ids = {}, {}, {}
-        for name, path in self.config.selection.checkpoints().items():
-            try:
-                self.verifiers[name], meta = load_checkpoint(path, expect=self.identity)
-            except ValueError as error:
-                arg = "verifier" if name == "lover" else "supervised_verifier"
-                raise ValueError(f"{arg}={path}: {error}") from None
-            self.verifier_meta[name] = meta
-            digest = meta.get("tensors_sha256") or tensors_sha256(self.verifiers[name].state_dict())
-            self.verifier_ids[name] = f"checkpoint {path} tensors_sha256:{digest}"
-            if label_tag(meta):  # the YAML names the metric rows; say here that these are not label-free
-                log.warning("verifier %s was made with %d gold labels %s: the rows it scores (lover_*, or "
-                            "supervised_*) are not label-free", path, gold_labels_used(meta), label_tag(meta))
+        self.verifiers = {name: load_verifier(path, self.identity, "verifier" if name == "lover" else
+                                              "supervised_verifier")
+                          for name, path in self.config.selection.checkpoints().items()}
+        """Verifier name -> the one loaded from its checkpoint (model_args' verifier=, supervised_verifier=)."""
+        self.ptrue = PTrueStep(tokenizer, self.config.ptrue) if self.config.ptrue.enabled else None
 
     @property
     def layer(self) -> int:
         return self.layers[0]
+
+    def read_with(self, model) -> None:
+        """Read the branches (the pass's features, margins and statistics; the fits' device) with `model` from now
+        on: a copy of the same checkpoint in the same dtype, for a pipeline whose engine decodes with weights of its
+        own (lover_vllm's phases: the meta skeleton while vLLM decodes, the loaded copy after it is freed)."""
+        decoder = self.engine.inner if isinstance(self.engine, BankedEngine) else self.engine
+        if isinstance(decoder, HFEngine):
+            raise ValueError("read_with: this pipeline's HF engine decodes with the model it reads with; build the "
+                             "pipeline with the engine that decodes (engine=) to read with another copy")
+        if model.dtype != self.model.dtype:
+            raise ValueError(f"read_with: a {model.dtype} copy cannot replace the {self.model.dtype} one the "
+                             "pipeline's features and bank keys were set up for")
+        self.model = model
 
     def eos_ids(self) -> set[int]:
         return eos_ids(self.model, self.tokenizer)
@@ -175,40 +175,21 @@ class Pipeline:
         reads what the bank and the feature cache hold, fills in features, margins and statistics (one pass shared by
         the questions that need one) and writes the bank and the cache; loaded verifiers then score each."""
         done = self.store.complete(self.model, [(prompts[i], keys[i], decoded) for i, decoded in items], stats)
-        results = []
-        for (i, _), (branches, features) in zip(items, done):
-            results.append(self._result(prompts[i], branches, features))
-            if self.config.ptrue.enabled:
-                self._score_ptrue(prompts[i], results[-1])
+        results = [self._result(prompts[i], branches, features) for (i, _), (branches, features) in zip(items, done)]
+        for (i, _), result in zip(items, results) if self.ptrue is not None else ():  # the opt-in P(True) pass
+            result.verifier_probs["ptrue"] = self.ptrue.score(self.model, prompts[i], result.branches)
+            result.scored_by["ptrue"] = self.ptrue.label
         return results
-
-    @cached_property
-    def _ptrue_tokens(self) -> tuple[list[int], list[int], list[int]]:
-        """The P(True) pass's query ids and its true and false words' first tokens, tokenized once a run."""
-        query = self.tokenizer.encode(self.config.ptrue.query, add_special_tokens=False)
-        return query, word_tokens(self.tokenizer, TRUE_WORDS), word_tokens(self.tokenizer, FALSE_WORDS)
-
-    def _score_ptrue(self, prompt: list[int], result: LoverResult) -> None:
-        """P(True) per branch (decode/ptrue.py), one more pass, kept as verifier_probs["ptrue"] = (P, 1 - P) so that
-        its score (p+ + 1 - p-) / 2 is P; its time per question is logged and kept in the record."""
-        began = time.perf_counter()
-        p = ptrue_from_tokens(self.model, prompt, result.branches, *self._ptrue_tokens)
-        result.verifier_probs["ptrue"] = np.stack([p, 1 - p], axis=-1)
-        result.scored_by["ptrue"] = f"P(True) pass, query {self.config.ptrue.query!r}"
-        seconds = time.perf_counter() - began
-        self.record.ptrue["questions"] += 1
-        self.record.ptrue["seconds"] += seconds
-        log.info("%s: P(True) pass over %d branches: %.2f s", model_name(), len(result.branches), seconds)
 
     def _result(self, prompt: list[int], q_branches, q_features: torch.Tensor) -> LoverResult:
         """One question's result from its branches and (N, 2, L, D) features; loaded verifiers score it."""
         at_layer = q_features[:, :, 0]  # (N, 2, L, D) -> (N, 2, D) at the main layer
         with torch.no_grad():  # scoring only: a loaded verifier's parameters require grad
-            probs = {name: torch.stack(v(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
+            probs = {name: torch.stack(v.module(at_layer), dim=-1).numpy() for name, v in self.verifiers.items()}
         # Stored in the model's precision (results.py): exact, since the features were computed in it.
         more = {layer: q_features[:, :, k].to(self.stored_dtype) for k, layer in enumerate(self.layers) if k}
         return LoverResult(q_branches, at_layer.to(self.stored_dtype), probs, self.layer, prompt, more,
-                           scored_by={name: self.verifier_ids[name] for name in probs})
+                           scored_by={name: self.verifiers[name].source for name in probs})
 
     @property
     def fitted_scorers(self) -> tuple[str, ...]:
@@ -218,7 +199,8 @@ class Pipeline:
         return (("lover",) if selection.fit_at_test_time else ()) + (PROBES if selection.verifier is not None else ())
 
     def finish_task(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
-        """After a task's questions are decoded: report unparsable branches; fit at test time if configured. One
+        """After a task's questions are decoded: report unparsable branches; fit at test time what scores the
+        run's rows (verify/test_time.py: LoVer with verifier=fit, the plain probes whenever LoVer scores at all). One
         fit per task, grouping answers with the task's own extractor (`extract`, default model_args'): the
         inter-group constraint compares answers to the same kind of question, and a run of several tasks must score
         each exactly as a run of that task alone would."""
@@ -229,73 +211,29 @@ class Pipeline:
             log.warning("%s: %d of %d branches (%.0f%%) gave no answer the %r extractor can parse; %d of %d "
                         "questions have none in any branch (every selector scores them wrong)", task or "this run",
                         unparsed, total, 100 * unparsed / total, extract, without, len(results))
-        if self.config.selection.fit_at_test_time and self.config.decoding.n_branches == 1:
-            self.skip_fit(results, task, extract)
-        elif self.config.selection.fit_at_test_time:
-            self.fit(results, task, extract)
-        elif self.config.selection.verifier is not None:  # LoVer from a checkpoint: the plain probes have none
-            self.fit_probes_only(results, task, extract)
-
-    def fit_probes_only(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
-        """The plain probes alone (verify/probes.py), fitted at test time beside a loaded LoVer checkpoint."""
-        extract, name = extract or self.config.selection.extract, task or "this run"
-        record = self.record.fits[name] = {"questions": len(results), "extract": extract}
-        if self.config.decoding.n_branches == 1:
-            neutral_probes(results, "no fit: n_branches=1 leaves one branch per question, nothing to choose among")
-            return
-        self._probes_and_checks(record, results, task, extract, self.fitted_scorers)
-
-    def _probes_and_checks(self, record: dict, results: list[LoverResult], task: str | None, extract: str,
-                           scorers, batch: tuple | None = None) -> None:
-        """Fit the plain probes; then, label-free, whether each of `scorers` ranks its branches against both the vote
-        and CoT-decoding's confidence (the correlations into `record`, a warning for each fit that does). `batch`:
-        the task's `task_batch` on the model's device, if LoVer's fit made it already."""
-        batch = batch or task_batch(results, extract, self.model.device)
-        record["probes"] = fit_probes(results, extract, self.config.fit, self.model.device, batch)
-        checks = rank_checks(results, extract, scorers, batch[3])
-        record["rank_checks"] = {**checks, "reversed": warn_if_reversed(checks, task, len(results))}
-
-    def skip_fit(self, results: list[LoverResult], task: str | None = None, extract: str | None = None) -> None:
-        """With one branch a question there is nothing to choose among and no group to contrast: no fit. Every
-        branch gets the neutral score 0.5, so the lover_* rows report that branch's answer (greedy's) instead of
-        failing, and the provenance says why."""
-        extract = extract or self.config.selection.extract
-        name, why = task or "this run", "no fit: n_branches=1 leaves one branch per question, nothing to choose among"
-        self.record.fits[name] = {"questions": len(results), "extract": extract, "skipped": why}
-        for result in results:
-            result.verifier_probs["lover"] = np.full((len(result.branches), 2), 0.5, dtype=np.float32)
-            result.scored_by["lover"] = why
-            result.fit_extract = extract
-        neutral_probes(results, why)
+        selection = self.config.selection
+        if selection.fit_at_test_time or selection.verifier is not None:  # a loaded LoVer: the probes beside it
+            self._fit(results, task, extract, lover=selection.fit_at_test_time)
 
     def fit(self, results: list[LoverResult], task: str | None = None, extract: str | None = None):
-        """Test-time fit: label-free on these results' own branches, their answers grouped by `extract` (default
-        model_args'); stores the `lover` scores and warns when the fit is degenerate. Returns the verifier."""
-        extract = extract or self.config.selection.extract
-        batch = task_batch(results, extract, self.model.device)  # stacked once for LoVer, the probes and the checks
-        fitted = fit_on_results(results, extract=extract, config=self.config.fit, device=self.model.device,
-                                batch=batch)
-        verifier = fitted.verifier
-        digest, name = tensors_sha256(verifier.state_dict()), task or "this run"
-        self.record.fits[name] = {"questions": len(results), "extract": extract,
-                                  "fit_config": asdict(self.config.fit), "final_losses": fitted.final_losses,
-                                  "verifier_tensors_sha256": digest}
-        for result in results:
-            result.scored_by["lover"] = f"test-time fit on {len(results)} questions of {name} tensors_sha256:{digest}"
-        warn_if_one_sided(results, task)
-        warn_if_constant_answer(results, task, extract)
-        self._probes_and_checks(self.record.fits[name], results, task, extract, self.fitted_scorers, batch)
-        return verifier
+        """LoVer's test-time fit now, whatever model_args say, and the probes beside it: label-free on these results'
+        own branches, their answers grouped by `extract` (default model_args'); the scores stored on the results.
+        Returns the verifier (None with one branch a question: nothing to fit)."""
+        return self._fit(results, task, extract or self.config.selection.extract, lover=True)
+
+    def _fit(self, results: list[LoverResult], task: str | None, extract: str, lover: bool):
+        done = fit_task(results, extract, self.config.fit, self.model.device, task, lover, self.fitted_scorers)
+        self.record.fits[task or "this run"] = done.record
+        return done.verifier
 
     def provenance(self) -> dict:
         """What made this run's scores, for the results file: plugin version, each task's fit, each checkpoint."""
         used = self.record.decodings or [asdict(self.config.decoding)]
-        ptrue = self.record.ptrue
-        return {"plugin_version": __version__, "test_time_fits": self.record.fits, "checkpoints": self.verifier_ids,
+        checkpoints = {name: verifier.source for name, verifier in self.verifiers.items()}
+        return {"plugin_version": __version__, "test_time_fits": self.record.fits, "checkpoints": checkpoints,
                 "layer": self.layer, "decoding": used[0] if len(used) == 1 else used, "dtype": str(self.model.dtype),
                 "engine": self.engine.name, "pass": self.store.record.as_dict(),
-                **({"ptrue": {**ptrue, "seconds_per_question": ptrue["seconds"] / max(ptrue["questions"], 1),
-                              "query": self.config.ptrue.query}} if self.config.ptrue.enabled else {})}
+                **({"ptrue": self.ptrue.record.as_dict(self.ptrue.query)} if self.ptrue is not None else {})}
 
     def select(self, results: list[LoverResult], strategy: str, extract: str | None = None,
                verifier: str = "lover") -> list[str]:

@@ -184,7 +184,8 @@ class LoverRequests:
             plans, rows = self.plan_rows(tasks, scored)
         extracts.update({plan.name: plan.fit_extract for plan in plans if plan.fit_extract is not None})
         unfitted = {plan.name for plan in plans if plan.fit_extract is None}
-        warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, self.pipeline.verifier_meta)
+        metas = {name: verifier.meta for name, verifier in self.pipeline.verifiers.items()}
+        warn_on_prompt_format([r.args[0] for r in requests[:1]], self.tokenizer, metas)
         groups = defaultdict(list)  # questions sharing generation kwargs (and N) are decoded together
         for index, (question, n) in enumerate(zip(questions, n_of)):
             groups[repr((sorted(question.args[1].items()), n))].append(index)

@@ -55,11 +55,9 @@ def auto_batch_size(model, requested, n_branches: int, longest_prompt: int, max_
 
 
 def questions_per_batch(lm, longest_prompt: int, max_gen_toks: int) -> int:
-    """lm-eval's `batch_size` for a lover_hf model `lm`: an int as given, `auto` found once (with the first group's
-    longest prompt and budget) and kept on `lm.auto_batch_size`, which the results file records."""
+    """lm-eval's `batch_size` for a lover_hf model `lm`: an int as given, `auto` found (with the first group's longest
+    prompt and budget): LoverLM keeps the found value, which the results file records, and asks once."""
     if not is_auto(lm.batch_size):
         return int(lm.batch_size)
-    if getattr(lm, "auto_batch_size", None) is None:
-        lm.auto_batch_size = auto_batch_size(lm.model, lm.batch_size, lm.pipeline.config.decoding.n_branches,
-                                             longest_prompt, max_gen_toks, lm.max_batch_size)
-    return lm.auto_batch_size
+    return auto_batch_size(lm.model, lm.batch_size, lm.pipeline.config.decoding.n_branches, longest_prompt,
+                           max_gen_toks, lm.max_batch_size)

@@ -36,13 +36,7 @@ class LoverLM(LoverRequests, HFLM):
         self._logged: set[str] = set()
         side = check_truncation_side(truncation_side)  # lm-eval's VLLM's argument, honoured here too
         config, hf_args, self.explicit = parse_model_args(kwargs)  # bad values fail before the model loads
-        gguf_sha256 = None
-        if pretrained is None and gguf_file is None:
-            gguf_file = str(loading.default_gguf())
-        if gguf_file is not None and isinstance(pretrained, (str, type(None))):
-            gguf_path = loading.resolve_gguf(pretrained, str(gguf_file))
-            pretrained = str(loading.convert_gguf(gguf_path))
-            gguf_sha256 = loading.sha256_file(gguf_path)
+        pretrained, gguf_sha256 = loading.resolve_model(pretrained, gguf_file)
         # HFLM's own default is "cuda", which fails on CPU-only machines: pick what is there.
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -65,10 +59,12 @@ class LoverLM(LoverRequests, HFLM):
 
     def row_budget(self, prompts: list[list[int]], spec: RunSpec) -> int:
         """lm-eval's batch size (`auto`: found once) times N rows, unless model_args set max_rows."""
-        batch_size = questions_per_batch(self, max(map(len, prompts)), spec.max_gen_toks)
+        if getattr(self, "found_batch_size", None) is None:  # `auto`: detected once, on the first group
+            self.found_batch_size = questions_per_batch(self, max(map(len, prompts)), spec.max_gen_toks)
+        batch_size = self.found_batch_size
         return self.pipeline.config.batching.rows(batch_size, spec.decoding.n_branches)
 
     def get_model_info(self) -> dict:
         """HFLM's model info plus the LoVer provenance (lm-eval writes it into the results file's config)."""
         return {**super().get_model_info(), "lover": {**self.pipeline.provenance(), "world_size": self.world_size,
-                                                      "batch_size": getattr(self, "auto_batch_size", self.batch_size)}}
+                                                      "batch_size": getattr(self, "found_batch_size", self.batch_size)}}

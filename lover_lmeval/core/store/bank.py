@@ -195,6 +195,11 @@ class FeatureCache:
         self.directory = Path(directory)
         self.salt = salt
 
+    def read_by(self, model) -> FeatureCache:
+        """This cache's files for the features `model` computes: keyed by its dtype and device type, so the copy that
+        reads now (lover_vllm's phases swap a meta skeleton for the loaded copy) decides, not the one first built."""
+        return FeatureCache(self.directory, salt=f"{model.dtype}/{model.device.type}")
+
     def _path(self, key: str, layer: int, template_ids: list[list[int]]) -> Path:
         digest = hashlib.sha256(json.dumps([key, layer, template_ids, self.salt]).encode()).hexdigest()
         return self.directory / digest[:2] / f"{digest}.npy"

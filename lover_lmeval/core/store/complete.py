@@ -76,7 +76,8 @@ class PassRecord:
 
 
 class StoreStep:
-    """The step for one pipeline: its bank and feature cache (either may be None), its templates and layers."""
+    """The step for one pipeline: its bank and feature cache (either may be None; the cache keyed by the model each
+    call passes), its templates and layers."""
 
     def __init__(self, bank: BranchBank | None, feature_cache: FeatureCache | None, template_ids: list[list[int]],
                  layers: list[int]):
@@ -88,7 +89,8 @@ class StoreStep:
     def complete(self, model, items: list[tuple[list[int], str, Decoded]], stats: bool
                  ) -> list[tuple[list[Branch], torch.Tensor]]:
         """Per (prompt, bank key, decoded question): its complete branches and (N, T, L, D) features."""
-        questions = [self._read(model, *item, stats) for item in items]
+        cache = self.feature_cache.read_by(model) if self.feature_cache is not None else None
+        questions = [self._read(model, cache, *item, stats) for item in items]
         needing = [q for q in questions if q.features is None]
         for flags in {(q.lacking, q.margins) for q in needing}:  # one shared pass per kind of need (usually one)
             group = [q for q in needing if (q.lacking, q.margins) == flags]
@@ -105,7 +107,7 @@ class StoreStep:
                 else:
                     q.features = out
                 q.computed = True
-        return [self._write(q) for q in questions]
+        return [self._write(q, cache) for q in questions]
 
     def _bank(self, key: str, branches: list[Branch], prompt: list[int]) -> None:
         """Bank a question decoded now; the first one says, once, that from here on a stopped run resumes (a user
@@ -116,9 +118,10 @@ class StoreStep:
             log.info("lover: the first decoded question is banked in %s; a run stopped from here on resumes from the "
                      "bank (the same command reads banked questions back)", self.bank.path)
 
-    def _read(self, model, prompt: list[int], key: str, decoded: Decoded, stats: bool) -> Pending:
+    def _read(self, model, cache: FeatureCache | None, prompt: list[int], key: str, decoded: Decoded, stats: bool
+              ) -> Pending:
         """What the question has and lacks; features read on its caches or from the feature cache, when there."""
-        branches, cache = decoded.branches, self.feature_cache
+        branches = decoded.branches
         if decoded.fresh and self.bank is not None and decoded.caches is not None:  # complete as decoded: bank now
             self._bank(key, branches, prompt)
         margins = any(len(b.margins) != len(b.token_ids) for b in branches)
@@ -134,9 +137,9 @@ class StoreStep:
                 q.found = stats_from_tokens(model, prompt, branches, margins=margins)
         return q
 
-    def _write(self, q: Pending) -> tuple[list[Branch], torch.Tensor]:
+    def _write(self, q: Pending, cache: FeatureCache | None) -> tuple[list[Branch], torch.Tensor]:
         """The question's branches filled in, banked (decoded now, completed by the pass) and cached."""
-        branches, cache = q.branches, self.feature_cache
+        branches = q.branches
         if q.found is not None:
             branches = [_filled(b, s) for b, s in zip(branches, q.found)]
         if q.decoded.fresh and self.bank is not None and q.decoded.caches is None:

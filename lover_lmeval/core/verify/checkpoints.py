@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from ...log import log
 from ..files import atomic_path, write_text
 from .verifier import Verifier
 from .verifier_config import VerifierConfig
@@ -117,3 +118,30 @@ def load_checkpoint(path: str | Path, expect: dict | None = None) -> tuple[Verif
     verifier.load_state_dict(tensors)
     verifier.eval()
     return verifier, meta
+
+
+@dataclass
+class LoadedVerifier:
+    """A verifier read from a checkpoint (model_args' `verifier=` or `supervised_verifier=`)."""
+
+    module: Verifier
+    """The verifier, ready to score features."""
+    meta: dict
+    """Its checkpoint's metadata (what it was trained on, with how many gold labels)."""
+    source: str
+    """What scored its rows: "checkpoint PATH tensors_sha256:DIGEST", in each result's scored_by and the
+    provenance."""
+
+
+def load_verifier(path: str | Path, expect: dict, arg: str) -> LoadedVerifier:
+    """`load_checkpoint` for model_args' `arg` (its name in a refusal), checked against the run's `expect`; a
+    checkpoint made with gold labels is said to be so, since the rows it scores are then not label-free."""
+    try:
+        module, meta = load_checkpoint(path, expect=expect)
+    except ValueError as error:
+        raise ValueError(f"{arg}={path}: {error}") from None
+    digest = meta.get("tensors_sha256") or tensors_sha256(module.state_dict())
+    if label_tag(meta):  # the YAML names the metric rows; say here that these are not label-free
+        log.warning("verifier %s was made with %d gold labels %s: the rows it scores (lover_*, or supervised_*) are "
+                    "not label-free", path, gold_labels_used(meta), label_tag(meta))
+    return LoadedVerifier(module, meta, f"checkpoint {path} tensors_sha256:{digest}")

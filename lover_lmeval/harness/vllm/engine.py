@@ -40,12 +40,32 @@ BEAM_REFUSAL = ("decoding=beam is lover_hf's (beam search through transformers' 
 #: A chunk's sequences (questions x N) in multiples of the engine's running batch (max_num_seqs): at 4, the batch is
 #: full for most of a chunk, and the drain at its end, when fewer sequences than a batch remain, is a small share of it.
 CHUNK_BATCHES = 4
+#: vLLM's running batch (max_num_seqs) where neither model_args nor the engine say: its default on GPUs
+MAX_NUM_SEQS = 256
 
 
 def chunk_size(max_num_seqs: int, n_branches: int) -> int:
     """Questions per vLLM call: CHUNK_BATCHES running batches of N branches each (vLLM's GPU default, 256 sequences
     a batch, and N = 10: 103 questions a chunk)."""
     return max(1, math.ceil(CHUNK_BATCHES * max_num_seqs / n_branches))
+
+
+def running_batch(llm, vllm_args: dict) -> int:
+    """vLLM's running batch (max_num_seqs): as the started engine `llm` reports it, else model_args', else vLLM's
+    default on GPUs (MAX_NUM_SEQS)."""
+    engine = getattr(llm, "llm_engine", None)
+    scheduler = getattr(getattr(engine, "vllm_config", None), "scheduler_config", None)
+    return int(getattr(scheduler, "max_num_seqs", None) or vllm_args.get("max_num_seqs") or MAX_NUM_SEQS)
+
+
+def shut_down(engine, llm) -> None:
+    """vLLM stopped now: `engine`'s data-parallel replicas (a `ReplicaEngine`), `llm`'s engine process (an `LLM`,
+    or None); their processes exit, their memory with them."""
+    if hasattr(engine, "shutdown"):
+        engine.shutdown()
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None:
+        core.shutdown()
 
 
 def cut(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: int) -> Branch:
@@ -65,13 +85,19 @@ def cut(tokenizer, ids: list[int], stop: list[str], eos_ids: set[int], budget: i
 class VLLMEngine:
     """Decodes through `generate(prompts, params) -> outputs` (lm-eval's `VLLM._model_generate`: one engine, or its
     data-parallel replicas), with `tokenizer` and the end tokens `eos_ids` of the HF engine, `chunk_questions`
-    questions a call (None: all of them in one)."""
+    questions a call (None: all of them in one). `name` goes into the bank keys: "vllm", plus the model changes it
+    decodes with (settings.model_changes)."""
 
-    name = "vllm"
+    NAME = "vllm"
 
-    def __init__(self, generate: Callable, tokenizer, eos_ids: set[int], chunk_questions: int | None = None):
+    def __init__(self, generate: Callable, tokenizer, eos_ids: set[int], chunk_questions: int | None = None,
+                 name: str = NAME):
         self.generate, self.tokenizer, self.eos_ids = generate, tokenizer, eos_ids
-        self.chunk_questions = chunk_questions
+        self.chunk_questions, self.name = chunk_questions, name
+
+    def with_generate(self, generate: Callable) -> VLLMEngine:
+        """The same engine decoding through another `generate` (a replica's own vLLM)."""
+        return VLLMEngine(generate, self.tokenizer, self.eos_ids, self.chunk_questions, self.name)
 
     def decode(self, prompts: list[list[int]], spec: RunSpec) -> Iterator[Decoded]:
         """Each question's N branches, chunk by chunk: a chunk's questions are handed over once vLLM returns it."""

@@ -25,11 +25,11 @@ from ...core.pipeline import Pipeline
 from ...log import log, running
 from ..adapter import LoverRequests
 from ..model_args import LoverUsageError, hub_error, one_line_errors, usage_errors
-from .engine import VLLMEngine, chunk_size
+from .engine import VLLMEngine, chunk_size, running_batch, shut_down
 from .hf_copy import features_model, meta_copy
 from .memory import alone_share, choose_placement
 from .memory_plan import MemoryPlan
-from .phases import decode_first, discard_staged
+from .phases import PhasedEngine
 from .replicas import ReplicaEngine
 from .settings import check_planned_branches, model_changes, parse_vllm_args
 from .start import OutputTail, start_error
@@ -45,8 +45,6 @@ else:
 GPU_MEMORY_UTILIZATION = 0.6
 #: On vLLM's CPU backend the same argument is the share of RAM for the KV cache (its default, 0.92, is refused there).
 CPU_MEMORY_UTILIZATION = 0.2
-#: vLLM's running batch (max_num_seqs) where neither model_args nor the engine say: its default on GPUs
-MAX_NUM_SEQS = 256
 
 
 def missing_vllm() -> LoverUsageError:
@@ -97,12 +95,7 @@ class LoverVLLM(LoverRequests, VLLM):
         running(self.NAME)  # the package's messages name this model from now on (lover_lmeval/log.py)
         self._logged: set[str] = set()
         config, vllm_args, self.explicit, chunk_questions = parse_vllm_args(memory_plan, chunk_questions, kwargs)
-        gguf_sha256 = None
-        if pretrained is None and gguf_file is None:
-            gguf_file = str(loading.default_gguf())
-        if gguf_file is not None:
-            gguf_path = loading.resolve_gguf(pretrained, str(gguf_file))
-            pretrained, gguf_sha256 = str(loading.convert_gguf(gguf_path)), loading.sha256_file(gguf_path)
+        pretrained, gguf_sha256 = loading.resolve_model(pretrained, gguf_file)
         try:
             hf_config = checkpoint_config(pretrained, vllm_args)
         except OSError as error:
@@ -122,26 +115,28 @@ class LoverVLLM(LoverRequests, VLLM):
         self._start(lambda: super(LoverVLLM, self).__init__(pretrained=pretrained, **vllm_args))
         if self.placement == "phases" and self.data_parallel_size <= 1:  # VLLM reads it from the engine, freed later
             self._max_length = self._max_length or self.model.llm_engine.model_config.max_model_len
-        self.skeleton = meta_copy(pretrained, vllm_args, self.changes.overrides) if self.placement == "phases" \
-            else None
-        self.hf_model = self.skeleton if self.skeleton is not None else self.load_copy()
-        chunk = chunk_questions or chunk_size(self._max_num_seqs(vllm_args), config.decoding.n_branches)
+        skeleton = meta_copy(pretrained, vllm_args, self.changes.overrides) if self.placement == "phases" else None
+        reader = skeleton if skeleton is not None else self.load_copy()
+        chunk = chunk_questions or chunk_size(running_batch(getattr(self, "model", None), vllm_args),
+                                              config.decoding.n_branches)
         log.info("lover_vllm: %d questions a vLLM call (chunk_questions); each call's questions are banked (bank=, or "
                  "staged in phases) as it returns", chunk)
         self.vllm_engine = VLLMEngine(lambda prompts, params: self._model_generate(prompts, True, params),
-                                      self.tokenizer, eos_ids(self.hf_model, self.tokenizer), chunk)
-        self.vllm_engine.name += self.changes.engine
+                                      self.tokenizer, eos_ids(reader, self.tokenizer), chunk,
+                                      name=VLLMEngine.NAME + self.changes.engine)
         if self.data_parallel_size > 1:  # replicas started once, whole questions each (lm-eval's: per call)
             self.vllm_engine = ReplicaEngine(self.vllm_engine, self.model_args, self.data_parallel_size,
                                              self.tensor_parallel_size if gpu else 0, self.lora_request)
+        self.phases = PhasedEngine(self.vllm_engine, self.ensure_engine, self.free_engine, self.load_copy,
+                                   skeleton) if skeleton is not None else None
         with usage_errors():
-            self.pipeline = Pipeline(self.hf_model, self.tokenizer, config, model_name=name, engine=self.vllm_engine)
+            self.pipeline = Pipeline(reader, self.tokenizer, config, model_name=name,
+                                     engine=self.phases or self.vllm_engine)
 
-    def _max_num_seqs(self, vllm_args: dict) -> int:
-        """The engine's running batch: as the started engine reports it, else model_args', else vLLM's default."""
-        engine = getattr(getattr(self, "model", None), "llm_engine", None)
-        scheduler = getattr(getattr(engine, "vllm_config", None), "scheduler_config", None)
-        return int(getattr(scheduler, "max_num_seqs", None) or vllm_args.get("max_num_seqs") or MAX_NUM_SEQS)
+    @property
+    def hf_model(self):
+        """The HF copy the pipeline reads the branches with (in phases: its meta skeleton until vLLM is freed)."""
+        return self.pipeline.model
 
     def _start(self, start) -> None:
         """Run `start` (the engine's start), its failure one line with the root cause from the engine's output."""
@@ -156,11 +151,18 @@ class LoverVLLM(LoverRequests, VLLM):
             raise start_error(error, tail.lines(), pretrained, vllm_args,
                               self.plan if isinstance(self.plan, MemoryPlan) else None) from None
 
-    def start_engine(self) -> None:
-        """Start the engine again, with the arguments it first started with (phases: after an earlier call)."""
-        from vllm import LLM
+    def ensure_engine(self) -> None:
+        """vLLM's engine started again if it was freed, with the arguments it first started with (phases: a later
+        call); data-parallel replicas start as they decode."""
+        if getattr(self, "model", None) is None and self.data_parallel_size <= 1:  # (data parallel: no self.model)
+            from vllm import LLM
 
-        self._start(lambda: setattr(self, "model", LLM(**self.model_args)))
+            self._start(lambda: setattr(self, "model", LLM(**self.model_args)))
+
+    def free_engine(self) -> None:
+        """vLLM's engine shut down, or its data-parallel replicas (their processes exit, their memory with them)."""
+        shut_down(self.vllm_engine, getattr(self, "model", None))
+        self.model = None
 
     def load_copy(self):
         """The HF copy that reads the branches, loaded (`_features_model`)."""
@@ -171,13 +173,13 @@ class LoverVLLM(LoverRequests, VLLM):
 
     def before_decoding(self, groups: list[tuple[list[str], dict]]) -> None:
         """In phases: every group decoded by vLLM first, the engine freed, the HF copy loaded (phases.py)."""
-        if self.placement == "phases":
-            decode_first(self, groups)
+        if self.phases is not None:
+            self.phases.stage(self.pipeline, [self.prompts(contexts, gen_kwargs) for contexts, gen_kwargs in groups])
 
     def after_decoding(self) -> None:
         """In phases: the call's staged records discarded, its questions complete (phases.py)."""
-        if self.placement == "phases":
-            discard_staged(self)
+        if self.phases is not None:
+            self.phases.discard_staged()
 
     def get_model_info(self) -> dict:
         """lm-eval's model info plus the LoVer provenance (lm-eval writes it into the results file's config)."""

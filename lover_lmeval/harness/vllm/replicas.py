@@ -48,8 +48,7 @@ class Replica:
             return self.llm.generate([TokensPrompt(prompt_token_ids=r) for r in requests], sampling_params=params,
                                      use_tqdm=False, lora_request=self.lora_request)
 
-        engine.generate = generate
-        return list(engine.decode(prompts, spec))
+        return list(engine.with_generate(generate).decode(prompts, spec))
 
 
 class ReplicaEngine:
