@@ -9,18 +9,23 @@ import pytest
 import torch
 
 from float_bounds import feature_tolerance, statistics_tolerance
-from lover_lmeval.core.decode.decoding import BatchingConfig, DecodingConfig, decode_branches, iter_branches
+from lover_lmeval.core.decode.decoding import BatchingConfig, DecodingConfig
+from lover_lmeval.core.decode.engine import HFEngine, RunSpec, decode_all
 from lover_lmeval.core.decode.token_stats import STAT_NAMES
 
 PROMPTS = ["Question: Tom has 3 apples and buys 4 more. How many apples?\nAnswer:", "Hi"]
 
 
+def _engine(model, tokenizer, eos=None, **batching):
+    """The HF engine, ending branches at `eos` (default the tokenizer's EOS alone), rows run as `batching` says."""
+    return HFEngine(model, tokenizer, BatchingConfig(**batching), eos={tokenizer.eos_token_id} if eos is None else eos)
+
+
 def _decode(model, tokenizer, mode="cot", n=4, max_new=12, stop=(), eos=None, prompts=PROMPTS, max_rows=None,
-            sync_every=BatchingConfig.sync_every, static_cache=False, **kw):
+            sync_every=BatchingConfig.sync_every, static_cache=False, columns=None, **kw):
     ids = [tokenizer.encode(p) for p in prompts]
-    eos_ids = {tokenizer.eos_token_id} if eos is None else eos
-    return decode_branches(model, tokenizer, ids, DecodingConfig(n_branches=n, mode=mode, **kw), max_new,
-                           list(stop), eos_ids, tokenizer.pad_token_id, max_rows, sync_every, static_cache)
+    engine = _engine(model, tokenizer, eos, sync_every=sync_every, static_cache=static_cache, columns=columns)
+    return decode_all(engine, ids, RunSpec(DecodingConfig(n_branches=n, mode=mode, **kw), stop, max_new, max_rows))
 
 
 def _greedy(model, tokenizer, prompt, max_new):
@@ -116,7 +121,7 @@ def test_bad_decoding_config_names_the_value(kwargs, message):
 
 
 def test_each_question_is_handed_over_as_soon_as_its_own_branches_end(tiny_model, tokenizer):
-    """The bank writes a question when `iter_branches` yields it: question 1's two branches end at once (their first
+    """The bank writes a question when `HFEngine.decode` yields it: question 1's two branches end at once (their first
     tokens count as EOS here) and are handed over after the prefill alone, while question 0 still decodes to its
     budget of 12 tokens (1 prefill + 11 steps), not at the end of the batch."""
     firsts = [tiny_model(torch.tensor([tokenizer.encode(p)])).logits[0, -1].topk(2).indices.tolist() for p in PROMPTS]
@@ -124,10 +129,9 @@ def test_each_question_is_handed_over_as_soon_as_its_own_branches_end(tiny_model
     forwards, handed = [], []
     hook = tiny_model.register_forward_hook(lambda *args: forwards.append(1))
     try:
-        for q, q_branches, _ in iter_branches(tiny_model, tokenizer, [tokenizer.encode(p) for p in PROMPTS],
-                                              DecodingConfig(n_branches=2), 12, [], set(firsts[1]),
-                                              tokenizer.pad_token_id):
-            handed.append((q, len(forwards), q_branches))
+        for decoded in _engine(tiny_model, tokenizer, set(firsts[1])).decode(
+                [tokenizer.encode(p) for p in PROMPTS], RunSpec(DecodingConfig(n_branches=2), (), 12)):
+            handed.append((decoded.q, len(forwards), decoded.branches))
     finally:
         hook.remove()
     branches, _ = _decode(tiny_model, tokenizer, n=2, max_new=12, eos=set(firsts[1]))
@@ -206,8 +210,6 @@ def test_blocks_of_steps_and_static_rows_decode_what_step_by_step_decoding_does(
     just enough columns for the longest prompt and budget, so that its columns are compacted again and again. Every
     branch (tokens, finish reason, margins, statistics) and its KV cache is the same: a row decoded on past its end is
     cut where it ended, cache included."""
-    from lover_lmeval.core.decode.static import iter_static
-
     free = _alone(tiny_model, tokenizer, "cot", 14, set())
     eos = {free[0][1].token_ids[4], free[3][0].token_ids[7]}
     kw = dict(n=3, max_new=14, eos=eos, prompts=QUESTIONS, max_rows=6)
@@ -220,11 +222,8 @@ def test_blocks_of_steps_and_static_rows_decode_what_step_by_step_decoding_does(
     assert reasons == {"eos", "stop", "length"}, reasons
 
     def tight(sync):  # L = longest prompt + budget + 1 columns: the least static rows can decode in
-        prompts = [tokenizer.encode(q) for q in QUESTIONS]
-        out = {q: (b, c) for q, b, c in iter_static(tiny_model, tokenizer, prompts, DecodingConfig(n_branches=3), 14,
-                                                     stop, eos, tokenizer.pad_token_id, 6, sync,
-                                                     columns=max(map(len, prompts)) + 15)}
-        return [out[q][0] for q in range(len(prompts))], [out[q][1] for q in range(len(prompts))]
+        columns = max(len(tokenizer.encode(q)) for q in QUESTIONS) + 15
+        return _decode(tiny_model, tokenizer, sync_every=sync, static_cache=True, columns=columns, **kw)
 
     variants = {"blocks of 3": lambda: _decode(tiny_model, tokenizer, sync_every=3, **kw),
                 "blocks of 16": lambda: _decode(tiny_model, tokenizer, sync_every=16, **kw),
@@ -273,8 +272,8 @@ def test_finished_rows_are_refilled_and_the_row_budget_holds(tiny_model, tokeniz
     hook = tiny_model.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape),
                                             with_kwargs=True)
     try:
-        order = [q for q, _, _ in iter_branches(tiny_model, tokenizer, prompts, DecodingConfig(n_branches=3), 12,
-                                                [], eos, tokenizer.pad_token_id, max_rows=6)]
+        order = [decoded.q for decoded in _engine(tiny_model, tokenizer, eos).decode(
+            prompts, RunSpec(DecodingConfig(n_branches=3), (), 12, max_rows=6))]
     finally:
         hook.remove()
     steps = [shape[0] for shape in rows if shape[1] == 1]  # (A, 1) decoding steps; prefills are wider
@@ -283,10 +282,13 @@ def test_finished_rows_are_refilled_and_the_row_budget_holds(tiny_model, tokeniz
 
 
 def test_row_budget_below_one_question_is_refused_before_decoding():
+    """From model_args (LoverConfig), and where a decode's request is built (RunSpec), before any engine runs."""
     from lover_lmeval.core.config import LoverConfig
 
     with pytest.raises(ValueError, match="max_rows=5 is fewer than n_branches=10.*max_rows >= 10"):
         LoverConfig.from_model_args({"max_rows": "5"})
+    with pytest.raises(ValueError, match="max_rows=5 is fewer than n_branches=10.*max_rows >= 10"):
+        RunSpec(DecodingConfig(), (), 8, max_rows=5)
     with pytest.raises(ValueError, match="max_rows=0 must be >= 1"):
         LoverConfig.from_model_args({"max_rows": "0"})
 
@@ -317,11 +319,11 @@ def test_continuous_batching_reproduces_a_committed_bank_of_the_real_model(smoll
     assert [record_key(identity, r["prompt_ids"], settings) for r in records] == [r["key"] for r in records]
     model = smollm2_model  # the module's copy, loaded once
     eos_ids = Pipeline(model, tokenizer).eos_ids()
-    branches, _ = decode_branches(model, tokenizer, [r["prompt_ids"] for r in records], config, 256, until, eos_ids,
-                                  tokenizer.pad_token_id, max_rows=20)
+    branches, _ = decode_all(_engine(model, tokenizer, eos_ids), [r["prompt_ids"] for r in records],
+                             RunSpec(config, until, 256, max_rows=20))
     # The shortest again on static rows, in blocks of 8 steps: what a GPU run would use.
-    static, _ = decode_branches(model, tokenizer, [records[0]["prompt_ids"]], config, 256, until, eos_ids,
-                                tokenizer.pad_token_id, max_rows=10, sync_every=8, static_cache=True)
+    static, _ = decode_all(_engine(model, tokenizer, eos_ids, sync_every=8, static_cache=True),
+                           [records[0]["prompt_ids"]], RunSpec(config, until, 256, max_rows=10))
     tolerance = statistics_tolerance(model, [r["prompt_ids"] + b["token_ids"] for r in records for b in r["branches"]])
     for record, q_branches in zip(records, branches):
         assert [b.token_ids for b in q_branches] == [b["token_ids"] for b in record["branches"]]

@@ -8,10 +8,16 @@ import pytest
 import torch
 
 from float_bounds import feature_tolerance, statistics_tolerance
-from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
+from lover_lmeval.core.decode.decoding import DecodingConfig
+from lover_lmeval.core.decode.engine import HFEngine, RunSpec, decode_all
 from lover_lmeval.core.decode.features import (FALSE_TEMPLATE, TRUE_TEMPLATE, assertion_features, check_layer,
                                         features_from_tokens, length_buckets, stats_from_tokens)
 from lover_lmeval.core.decode.token_stats import STAT_NAMES
+
+
+def _decode(model, tokenizer, prompts, config, max_new, stop=(), eos=frozenset({-1}), max_rows=None):
+    """Every prompt's branches and caches, branches ending at `eos` (default none: -1 is no token)."""
+    return decode_all(HFEngine(model, tokenizer, eos=eos), prompts, RunSpec(config, stop, max_new, max_rows))
 
 
 def _reencode(model, ids: list[int], layer: int) -> torch.Tensor:
@@ -29,16 +35,15 @@ def test_features_equal_full_reencode_for_padded_batched_branches(tiny_model, to
     prompts = [tokenizer.encode("Question: what is two plus five?\nAnswer:"), tokenizer.encode("Hello"),
                tokenizer.encode("Question: and what is three times three, my friend?\nAnswer:")]
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
-    free, _ = decode_branches(tiny_model, tokenizer, prompts, DecodingConfig(4, mode), 10, [], {-1},
-                              tokenizer.pad_token_id)
+    free, _ = _decode(tiny_model, tokenizer, prompts, DecodingConfig(4, mode), 10)
     stop = free[0][1].text[-4:-2]
     eos = {b.token_ids[1] for b in free[1]}
     steps = []
     hook = tiny_model.register_forward_hook(lambda module, args, kwargs, out: steps.append(kwargs["input_ids"].shape),
                                             with_kwargs=True)
     try:
-        branches, caches = decode_branches(tiny_model, tokenizer, prompts, DecodingConfig(4, mode), 10, [stop],
-                                           eos, tokenizer.pad_token_id, max_rows)
+        branches, caches = _decode(tiny_model, tokenizer, prompts, DecodingConfig(4, mode), 10, [stop], eos,
+                                   max_rows)
     finally:
         hook.remove()
     widths = [shape[1] for shape in steps]  # 1 for a decoding step, the prompt width for a prefill
@@ -81,8 +86,7 @@ def test_the_embedding_layer_is_refused_with_the_reason_and_the_fix(layer):
 def test_banked_branches_give_the_same_features_and_a_layer_sweep_costs_one_pass(tiny_model, tokenizer):
     prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
-    (branches,), (caches,) = decode_branches(tiny_model, tokenizer, [prompt], DecodingConfig(3), 6, [], {-1},
-                                             tokenizer.pad_token_id)
+    (branches,), (caches,) = _decode(tiny_model, tokenizer, [prompt], DecodingConfig(3), 6)
     live = assertion_features(tiny_model, branches, caches, templates, 2)
     sweep = features_from_tokens(tiny_model, prompt, branches, templates, [1, 2])  # (N, T, L, D)
     assert sweep.shape == (3, 2, 2, tiny_model.config.hidden_size)
@@ -114,8 +118,7 @@ def test_banked_branches_of_very_different_lengths_equal_a_full_reencode(tiny_mo
     middle layer and at the last one (no LM head)."""
     prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
-    (branches,), _ = decode_branches(tiny_model, tokenizer, [prompt], DecodingConfig(5), 10, [], {-1},
-                                     tokenizer.pad_token_id)
+    (branches,), _ = _decode(tiny_model, tokenizer, [prompt], DecodingConfig(5), 10)
     cut = [dataclasses.replace(b, token_ids=b.token_ids[:keep]) for b, keep in zip(branches, (1, 10, 0, 2, 9))]
     assert len(length_buckets([len(b.token_ids) for b in cut])) > 1
     last = tiny_model.config.num_hidden_layers
@@ -153,11 +156,9 @@ def test_rescored_statistics_equal_the_ones_decoding_computed(peaked_model, toke
     neighbouring position instead moves them by >= 0.2 (asserted below, so the tolerance could not hide it).
     `features_from_tokens(stats=True)` gives the same statistics and the same features as without them."""
     prompts = [tokenizer.encode("Question: what is two plus five?\nAnswer:"), tokenizer.encode("Hello")]
-    free, _ = decode_branches(peaked_model, tokenizer, prompts, DecodingConfig(3, mode), 12, [], {-1},
-                              tokenizer.pad_token_id)
+    free, _ = _decode(peaked_model, tokenizer, prompts, DecodingConfig(3, mode), 12)
     eos = {free[0][1].token_ids[5], free[1][0].token_ids[3]}
-    branches, _ = decode_branches(peaked_model, tokenizer, prompts, DecodingConfig(3, mode), 12, [], eos,
-                                  tokenizer.pad_token_id)
+    branches, _ = _decode(peaked_model, tokenizer, prompts, DecodingConfig(3, mode), 12, eos=eos)
     assert "eos" in {b.finish_reason for q in branches for b in q}
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
     shifts = {name: 0.0 for name in STAT_NAMES}
@@ -198,11 +199,9 @@ def test_several_questions_share_passes_and_get_what_each_gets_alone(peaked_mode
     prompts = [tokenizer.encode("Hello"), tokenizer.encode("Question: what is two plus five?\nAnswer:"),
                tokenizer.encode("Question: and what is three times three, my friend, and why?\nAnswer:")]
     assert len({len(p) for p in prompts}) == 3
-    free, _ = decode_branches(peaked_model, tokenizer, prompts, DecodingConfig(3, "cot"), 12, [], {-1},
-                              tokenizer.pad_token_id)
+    free, _ = _decode(peaked_model, tokenizer, prompts, DecodingConfig(3, "cot"), 12)
     eos = {free[0][1].token_ids[5], free[1][0].token_ids[3]}
-    branches, _ = decode_branches(peaked_model, tokenizer, prompts, DecodingConfig(3, "cot"), 12, [], eos,
-                                  tokenizer.pad_token_id)
+    branches, _ = _decode(peaked_model, tokenizer, prompts, DecodingConfig(3, "cot"), 12, eos=eos)
     branches[2][1] = replace(branches[2][1], token_ids=[], text="", margins=[], offsets=[], stats=None)
     templates = [tokenizer.encode(t, add_special_tokens=False) for t in (TRUE_TEMPLATE, FALSE_TEMPLATE)]
     together = questions_features(peaked_model, list(zip(prompts, branches)), templates, [1, 2], stats=True,
@@ -237,8 +236,7 @@ def test_several_questions_share_passes_and_get_what_each_gets_alone(peaked_mode
 def test_statistics_of_branches_with_no_token_or_one(peaked_model, tokenizer, one_thread):
     """A branch cut to no tokens (EOS first) has empty statistics; one cut to its first token has the prefill's."""
     prompt = tokenizer.encode("Question: what is two plus five?\nAnswer:")
-    (branches,), _ = decode_branches(peaked_model, tokenizer, [prompt], DecodingConfig(2), 6, [], {-1},
-                                     tokenizer.pad_token_id)
+    (branches,), _ = _decode(peaked_model, tokenizer, [prompt], DecodingConfig(2), 6)
     cut = [dataclasses.replace(branches[0], token_ids=[]),
            dataclasses.replace(branches[1], token_ids=branches[1].token_ids[:1])]
     empty, first = stats_from_tokens(peaked_model, prompt, cut)
@@ -254,8 +252,7 @@ def test_a_model_whose_logits_are_not_its_head_of_the_last_state_is_refused(peak
     the llama forward ignores while _head applies it: every pass checks its last column against the model's own
     logits and raises, naming the fix."""
     prompt = tokenizer.encode("Hello")
-    (branches,), _ = decode_branches(peaked_model, tokenizer, [prompt], DecodingConfig(2), 4, [], {-1},
-                                     tokenizer.pad_token_id)
+    (branches,), _ = _decode(peaked_model, tokenizer, [prompt], DecodingConfig(2), 4)
     peaked_model.config.final_logit_softcapping = 3.0
     try:
         with pytest.raises(ValueError, match="LlamaForCausalLM's logits are not its output embeddings.*features._head"):

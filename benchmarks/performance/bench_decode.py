@@ -4,7 +4,7 @@
 On the first Q GSM8K test questions, with lover_gsm8k's prompt (doc_to_text), stop strings and a budget
 of --max-new-tokens, this times, question by question (so that CPU contention hits every method alike):
 
-  1. branches    N=10 CoT-decoding branches (`decode_branches`, the LoverLM's model and tokenizer, B
+  1. branches    N=10 CoT-decoding branches (`HFEngine.decode`, the LoverLM's model and tokenizer, B
                  questions per batch = --batch-size), exactly what `LoverLM.decode_requests` runs;
   2. features    `assertion_features` for those branches (template tokens on top of the branch caches);
   3. re-encode   the naive alternative: a full forward of prompt + branch + template for every
@@ -15,7 +15,7 @@ of --max-new-tokens, this times, question by question (so that CPU contention hi
                  (`HFLM._model_generate`: `generate(do_sample=False)` with lm-eval's stop-sequence
                  criteria), one question per call (lm-eval's default batch size) and, with
                  --batch-size B > 1, also B left-padded questions per call; and our own
-                 `decode_branches` with n_branches=1;
+                 `HFEngine.decode` with n_branches=1;
 then, as a subprocess,
   5. lm-eval     `lm_eval --model hf --model_args pretrained=<converted folder> --device cpu --tasks
                  bench_gsm8k_sc10 --include_path benchmarks/tasks --limit K` (10 sampled repeats at
@@ -73,13 +73,13 @@ def parse_args(argv=None):
                         "slowest method: on a small CPU use fewer and compare against branches on the same K.")
     p.add_argument("--lm-eval-batch-size", default="1", help="lm-eval --batch_size (default 1, lm-eval's default)")
     p.add_argument("--batch-size", type=int, default=1,
-                   help="B, questions decoded together by decode_branches (B*N rows), as `lover_hf` does with "
+                   help="B, questions decoded together by HFEngine.decode (B*N rows), as `lover_hf` does with "
                         "lm-eval's --batch_size B. Greedy is timed both one question at a time (lm-eval's default) "
                         "and B questions per generate call. Default 1.")
     p.add_argument("--threads", type=int, default=None,
                    help="torch / OpenMP threads for every method, lm-eval's subprocess included (default: torch's "
                         "default). On a shared, oversubscribed CPU, 1 avoids OpenMP spin-wait collapse.")
-    p.add_argument("--skip-own-greedy", action="store_true", help="skip the decode_branches n_branches=1 baseline")
+    p.add_argument("--skip-own-greedy", action="store_true", help="skip the HFEngine.decode n_branches=1 baseline")
     p.add_argument("--skip-reencode", action="store_true",
                    help="skip the full re-encode baseline of the features (~38 s a question for the 0.5B on 2 cores)")
     p.add_argument("--profile", action="store_true",
@@ -236,18 +236,18 @@ def run_lm_eval(folder: Path, k: int, max_new_tokens: int, batch_size: str, toke
                              "favours lm-eval"}
 
 
-def profile_one(model, tokenizer, prompt, cfg, max_new, until, eos_ids, pad_id, template_ids, layer):
+def profile_one(engine, prompt, spec, template_ids, layer):
     import cProfile
     import io
     import pstats
 
-    from lover_lmeval.core.decode.decoding import decode_branches
+    from lover_lmeval.core.decode.engine import decode_all
     from lover_lmeval.core.decode.features import assertion_features
 
     prof = cProfile.Profile()
     prof.enable()
-    branches, caches = decode_branches(model, tokenizer, [prompt], cfg, max_new, until, eos_ids, pad_id)
-    assertion_features(model, branches[0], caches[0], template_ids, layer)
+    branches, caches = decode_all(engine, [prompt], spec)
+    assertion_features(engine.model, branches[0], caches[0], template_ids, layer)
     prof.disable()
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
@@ -270,7 +270,7 @@ def markdown(res) -> str:
         rows.append((name, str(r["questions"]), fmt(r["seconds"]), fmt(r["seconds"] / r["questions"], 2),
                      str(r.get("tokens", "-")), fmt(tps), note))
 
-    add(f"N={res['n_branches']} CoT branches (decode_branches, {res['batch_size']} question(s) per batch)", "branches",
+    add(f"N={res['n_branches']} CoT branches (HFEngine.decode, {res['batch_size']} question(s) per batch)", "branches",
         "tokens = decoding steps summed over branches")
     add(f"N={res['n_branches']} CoT branches, continuous batching ({res['batch_size'] * res['n_branches']} rows)",
         "branches_continuous", "all Q questions in one call")
@@ -278,7 +278,7 @@ def markdown(res) -> str:
     add("Full re-encode prompt+branch+template", "reencode", "tokens = tokens encoded, 16 rows/pass")
     add("Greedy: lm-eval HFLM._model_generate, 1 question per call", "greedy_generate", "incl. EOS / stop tokens")
     add(f"Greedy: HFLM._model_generate, {res['batch_size']} questions per call", "greedy_batched", "left-padded batch")
-    add("Greedy: decode_branches(n_branches=1)", "greedy_own", "")
+    add("Greedy: HFEngine.decode(n_branches=1)", "greedy_own", "")
     add(f"N={res['n_branches']} CoT branches, first K questions", "branches_k", "")
     add("lm-eval hf, repeats=10, T=0.7 (net of load)", "lm_eval",
         "tokens = re-tokenised returned text (cut at stop)")
@@ -292,13 +292,14 @@ def markdown(res) -> str:
     return "\n".join(lines)
 
 
-def stats_overhead(args, model, tok, prompts, cfg, until, eos_ids, pad_id, info, started) -> int:
+def stats_overhead(args, engine, prompts, cfg, until, info, started) -> int:
     """Continuous batching with and without the per-step token statistics, alternated (on, off, on, off, ...) so
     that drift in the machine's speed falls on both arms; the statistics are switched off by handing the decoder
     zeros instead of `step_stats` (same shapes, same one transfer per step). Branches must come out the same."""
     import torch
 
-    from lover_lmeval.core.decode import decoding, rows
+    from lover_lmeval.core.decode import rows
+    from lover_lmeval.core.decode.engine import RunSpec, decode_all
 
     real = rows.step_stats
     arms: dict[str, list[float]] = {"with_stats": [], "without_stats": []}
@@ -308,9 +309,8 @@ def stats_overhead(args, model, tok, prompts, cfg, until, eos_ids, pad_id, info,
             rows.step_stats = real if arm == "with_stats" else (
                 lambda logits, chosen, probs=None: torch.zeros(*chosen.shape, 4, device=chosen.device))
             try:
-                (branches, _), seconds = timed(decoding.decode_branches, model, tok, prompts, cfg,
-                                               args.max_new_tokens, until, eos_ids, pad_id,
-                                               max_rows=args.batch_size * args.n_branches)
+                (branches, _), seconds = timed(decode_all, engine, prompts, RunSpec(
+                    cfg, until, args.max_new_tokens, max_rows=args.batch_size * args.n_branches))
             finally:
                 rows.step_stats = real
             arms[arm].append(seconds)
@@ -318,8 +318,8 @@ def stats_overhead(args, model, tok, prompts, cfg, until, eos_ids, pad_id, info,
             print(f"[bench] {arm}: {seconds:.1f}s", flush=True)
     best = {arm: min(times) for arm, times in arms.items()}
     res = {"benchmark": "bench_decode --stats-ab", "date": started.isoformat(timespec="seconds"),
-           "command": shlex.join([sys.executable, *sys.argv]), "machine": info, "model": str(model.name_or_path),
-           "dtype": str(model.dtype), "n_questions": len(prompts), "n_branches": args.n_branches,
+           "command": shlex.join([sys.executable, *sys.argv]), "machine": info, "model": str(engine.model.name_or_path),
+           "dtype": str(engine.model.dtype), "n_questions": len(prompts), "n_branches": args.n_branches,
            "max_new_tokens": args.max_new_tokens, "rows": args.batch_size * args.n_branches, "seconds": arms,
            "overhead_of_min": best["with_stats"] / best["without_stats"] - 1,
            "same_branches": tokens["with_stats"] == tokens["without_stats"], "loadavg_end": loadavg()}
@@ -341,7 +341,8 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-    from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
+    from lover_lmeval.core.decode.decoding import DecodingConfig
+    from lover_lmeval.core.decode.engine import HFEngine, RunSpec, decode_all
     from lover_lmeval.core.decode.features import assertion_features
     from lover_lmeval.harness.model import LoverLM
 
@@ -363,18 +364,18 @@ def main(argv=None):
     max_new = args.max_new_tokens
     prompts = [lm._prompt_ids(c, lm.max_length - max_new) for c in contexts]
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else lm.eot_token_id
-    eos_ids = lm.pipeline.eos_ids()
+    engine = HFEngine(model, tok)  # the pipeline's: EOS lm.pipeline.eos_ids(), padding with pad_id
     cfg = DecodingConfig(n_branches=args.n_branches, mode="cot")
     cfg1 = DecodingConfig(n_branches=1, mode="cot")
     stop_strings = [s for s in until if s]
 
     # Warm-up (first-call allocations): not timed.
-    decode_branches(model, tok, [prompts[0]], cfg, 2, until, eos_ids, pad_id)
+    decode_all(engine, [prompts[0]], RunSpec(cfg, until, 2))
     lm._model_generate(torch.tensor([prompts[0]], device=model.device), max_length=len(prompts[0]) + 2, stop=until,
                        do_sample=False)
 
     if args.stats_ab:
-        return stats_overhead(args, model, tok, prompts, cfg, until, eos_ids, pad_id, info, started)
+        return stats_overhead(args, engine, prompts, cfg, until, info, started)
 
     def generate_greedy(batch):
         """lm-eval's own greedy path (`HFLM._model_generate`: `generate` with lm-eval's stop-sequence
@@ -396,8 +397,7 @@ def main(argv=None):
     for start in range(0, len(prompts), b):
         batch = prompts[start: start + b]
         brec = {"questions": list(range(start, start + len(batch))), "loadavg_before": loadavg()}
-        (all_branches, all_caches), brec["branches_s"] = timed(decode_branches, model, tok, batch, cfg, max_new,
-                                                               until, eos_ids, pad_id)
+        (all_branches, all_caches), brec["branches_s"] = timed(decode_all, engine, batch, RunSpec(cfg, until, max_new))
         if b > 1:
             batched, brec["greedy_batched_s"] = timed(generate_greedy, batch)
         for offset, (prompt, branches, caches) in enumerate(zip(batch, all_branches, all_caches)):
@@ -421,8 +421,7 @@ def main(argv=None):
                 rec["greedy_batched_tokens"] = len(batched[offset])
                 rec["greedy_batched_equals_single"] = cut_text(batched[offset]) == cut_text(greedy_ids)
             if not args.skip_own_greedy:
-                (b1, c1), rec["greedy_own_s"] = timed(decode_branches, model, tok, [prompt], cfg1, max_new, until,
-                                                      eos_ids, pad_id)
+                (b1, c1), rec["greedy_own_s"] = timed(decode_all, engine, [prompt], RunSpec(cfg1, until, max_new))
                 rec["greedy_own_tokens"] = c1[0][0].length - c1[0][0].prompt_length + 1
                 rec["own_greedy_equals_generate_greedy"] = b1[0][0].text == cut_text(greedy_ids)
             rec["loadavg_after"] = loadavg()
@@ -442,8 +441,8 @@ def main(argv=None):
     q = len(per_q)
     # Continuous batching: all Q questions through the same B*N rows, a question joining as soon as one has ended.
     la0 = loadavg()
-    (continuous, continuous_caches), continuous_s = timed(decode_branches, model, tok, prompts, cfg, max_new, until,
-                                                          eos_ids, pad_id, max_rows=b * args.n_branches)
+    (continuous, continuous_caches), continuous_s = timed(decode_all, engine, prompts,
+                                                          RunSpec(cfg, until, max_new, max_rows=b * args.n_branches))
     same = sum(br.token_ids == ids for rec, q_branches in zip(per_q, continuous)
                for br, ids in zip(q_branches, rec["branch_token_ids"]))
     continuous_rec = {"seconds": continuous_s, "max_rows": b * args.n_branches, "loadavg_before": la0,
@@ -520,8 +519,8 @@ def main(argv=None):
         "wall_total_s": (datetime.datetime.now() - started).total_seconds(),
     }
     if args.profile:
-        res["profile_q0_tottime"] = profile_one(model, tok, prompts[0], cfg, max_new, until, eos_ids, pad_id,
-                                                template_ids, layer)
+        res["profile_q0_tottime"] = profile_one(engine, prompts[0], RunSpec(cfg, until, max_new), template_ids,
+                                                layer)
     table = markdown(res)
     res["markdown"] = table
     out = Path(args.output) if args.output else RESULTS / f"decode_{started.date()}.json"

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
+from lover_lmeval.core.decode.decoding import DecodingConfig
+from lover_lmeval.core.decode.engine import HFEngine, RunSpec, decode_all
 
 from benchmarks.bench_common import BANKS, RESULTS, UNTIL, add_model_options, load_model, model_path
 
@@ -66,7 +67,6 @@ def main() -> int:
     tokenizer = loaded["float32"][1]
     eos = {tokenizer.eos_token_id, *([models["float32"].generation_config.eos_token_id] if isinstance(
         models["float32"].generation_config.eos_token_id, int) else models["float32"].generation_config.eos_token_id or [])}
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     bank = BANKS / args.model / "lover_gsm8k-test.jsonl.gz"
     items = banked_prompts(bank, args.questions)
     config = DecodingConfig(n_branches=10)
@@ -77,7 +77,8 @@ def main() -> int:
         prompts = [p for p, _ in items[start: start + args.batch]]
         for name, model in models.items():
             begin = time.perf_counter()
-            branches, _ = decode_branches(model, tokenizer, prompts, config, args.max_new_tokens, UNTIL, eos, pad)
+            branches, _ = decode_all(HFEngine(model, tokenizer, eos=eos), prompts,
+                                     RunSpec(config, UNTIL, args.max_new_tokens))
             seconds[name] += time.perf_counter() - begin
             tokens[name] += sum(len(b.token_ids) for q in branches for b in q)
             out[name].extend(branches)

@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
+    from lover_lmeval.core.decode.decoding import BatchingConfig, DecodingConfig
+    from lover_lmeval.core.decode.engine import HFEngine, RunSpec, decode_all
     from lover_lmeval.core.files import write_text
     from lover_lmeval.core.store.bank_store import open_store
     from lover_lmeval.harness.model import LoverLM
@@ -75,24 +76,23 @@ def main(argv=None) -> int:
     prompts = [record["prompt_ids"] for record, _ in zip(open_store(bank).records(), range(args.questions))]
     lm = LoverLM(gguf_file=gguf, dtype=args.dtype, device=args.device, verifier=None)
     model, tok = lm.model, lm.tokenizer
-    until, eos_ids = ["Question:", "</s>", "<|im_end|>", "<|endoftext|>"], lm.pipeline.eos_ids()
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else lm.eot_token_id
+    until = ["Question:", "</s>", "<|im_end|>", "<|endoftext|>"]
     config = DecodingConfig(n_branches=10)
     arms = {k: v for k, v in ARMS.items() if args.compile or not v[2]}
 
     def run(arm, max_new_tokens=args.max_new_tokens):
         sync, static, compiled = arms[arm]
         sync = args.sync if sync is None else sync
+        engine = HFEngine(model, tok, BatchingConfig(sync_every=sync, static_cache=static, compile_step=compiled))
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         began = time.perf_counter()
-        branches, _ = decode_branches(model, tok, prompts, config, max_new_tokens, until, eos_ids, pad_id,
-                                      args.rows, sync, static, compiled)
+        branches, _ = decode_all(engine, prompts, RunSpec(config, until, max_new_tokens, args.rows))
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         return time.perf_counter() - began, [b.token_ids for q in branches for b in q]
 
-    decode_branches(model, tok, prompts[:1], config, 2, until, eos_ids, pad_id, args.rows)  # warm-up, not timed
+    decode_all(HFEngine(model, tok), prompts[:1], RunSpec(config, until, 2, args.rows))  # warm-up, not timed
     if args.compile:  # the first compiled run compiles: timed apart
         compile_s, _ = run("static, sync K, compiled")
         print(f"[loop_ab] compile run: {compile_s:.1f}s", flush=True)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""Where decode_branches / assertion_features spend their time (evidence for
+"""Where HFEngine.decode / assertion_features spend their time (evidence for
 benchmarks/runs/perf1_one_question_per_batch.md).
 
 On one GSM8K question (lover_gsm8k prompt and stop strings) with a short budget, this
-  1. cProfiles decode_branches (N branches) and prints the top functions by own time;
-  2. times decode_branches(n_branches=1) against model.generate(do_sample=False, stop_strings=...)
+  1. cProfiles HFEngine.decode (N branches) and prints the top functions by own time;
+  2. times HFEngine.decode(n_branches=1) against model.generate(do_sample=False, stop_strings=...)
      (our loop's per-token overhead over HF's);
   3. times assertion_features as it is (all L layers + LM head over every template token) against the
      same computation stopped right after the block whose output is the feature layer (a forward hook
@@ -93,7 +93,8 @@ def main():
         torch.set_num_threads(args.threads)
     from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-    from lover_lmeval.core.decode.decoding import DecodingConfig, decode_branches
+    from lover_lmeval.core.decode.decoding import DecodingConfig
+    from lover_lmeval.core.decode.engine import HFEngine, RunSpec, decode_all
     from lover_lmeval.core.decode.features import assertion_features
     from lover_lmeval.harness.model import LoverLM
 
@@ -106,19 +107,19 @@ def main():
     prompt = lm._prompt_ids(contexts[args.question], lm.max_length - args.max_new_tokens)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else lm.eot_token_id
     eos, stops, n = lm.pipeline.eos_ids(), [s for s in until if s], args.max_new_tokens
-    cfg, cfg1 = DecodingConfig(n_branches=args.n_branches), DecodingConfig(n_branches=1)
-    decode_branches(model, tok, [prompt], cfg, 2, until, eos, pad_id)  # warm-up
+    engine, cfg = HFEngine(model, tok), DecodingConfig(n_branches=args.n_branches)  # EOS: lm.pipeline.eos_ids()
+    decode_all(engine, [prompt], RunSpec(cfg, until, 2))  # warm-up
 
     # 1. profile of the N-branch decode
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
-    branches, caches = decode_branches(model, tok, [prompt], cfg, n, until, eos, pad_id)
+    branches, caches = decode_all(engine, [prompt], RunSpec(cfg, until, n))
     prof.disable()
     wall = time.perf_counter() - t0
     branches, caches = branches[0], caches[0]
     steps = [c.length - c.prompt_length + 1 for c in caches]
-    print(f"\n## decode_branches N={args.n_branches}, {n} tokens max: {wall:.1f}s, steps per branch {steps}")
+    print(f"\n## HFEngine.decode N={args.n_branches}, {n} tokens max: {wall:.1f}s, steps per branch {steps}")
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(18)
     print(buf.getvalue())
@@ -130,10 +131,11 @@ def main():
     with torch.inference_mode():
         model.generate(ids, **{**gen_kw, "max_new_tokens": 2})
         out, t_gen, all_gen = best_of(args.reps, model.generate, ids, **gen_kw)
-    (b1, c1), t_own, all_own = best_of(args.reps, decode_branches, model, tok, [prompt], cfg1, n, until, eos, pad_id)
+    (b1, c1), t_own, all_own = best_of(args.reps, decode_all, engine, [prompt],
+                                       RunSpec(DecodingConfig(n_branches=1), until, n))
     g_tok, o_tok = out.shape[1] - len(prompt), c1[0][0].length - c1[0][0].prompt_length + 1
     print(f"## greedy, best of {args.reps}: generate {t_gen:.2f}s for {g_tok} tok ({t_gen / g_tok * 1e3:.0f} ms/tok)"
-          f" {[round(t, 2) for t in all_gen]} | decode_branches(n=1) {t_own:.2f}s for {o_tok} tok "
+          f" {[round(t, 2) for t in all_gen]} | HFEngine.decode(n=1) {t_own:.2f}s for {o_tok} tok "
           f"({t_own / o_tok * 1e3:.0f} ms/tok) {[round(t, 2) for t in all_own]}")
 
     # 3. features: full forward vs early exit at the feature layer

@@ -2,7 +2,7 @@
 """Decoding steps of batch-by-batch vs continuous batching, counted from a bank's real branch lengths (no model).
 
 A step is one forward of every row still decoding. Batch by batch, `batch` questions (N rows each) start together and
-the batch lives until its longest branch ends; continuously (`iter_branches` with `max_rows` = batch x N), a question
+the batch lives until its longest branch ends; continuously (`HFEngine.decode` with `max_rows` = batch x N), a question
 is admitted as soon as N rows are free, in bank order. Where a step costs about the same for any number of rows (a
 GPU: run 15, benchmarks/runs/run15_gpu_outside_check.md, measured ~100 ms a step, host-bound), time follows the step
 count; on the 2-core CPU, past ~25 rows, it follows the tokens instead, which no schedule changes.

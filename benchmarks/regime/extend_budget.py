@@ -29,7 +29,8 @@ from lm_eval.tasks import TaskManager
 
 from lover_lmeval.core.store.bank import BankConfig
 from lover_lmeval.core.decode.branch import Branch, make_branch
-from lover_lmeval.core.decode.decoding import DecodingConfig, iter_branches
+from lover_lmeval.core.decode.decoding import DecodingConfig
+from lover_lmeval.core.decode.engine import HFEngine, RunSpec
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.pipeline import Pipeline
 
@@ -98,10 +99,9 @@ def main() -> int:
         by_budget.setdefault(args.new - (len(old[q][k].token_ids) - 1), []).append((q, k))
     for budget, group in sorted(by_budget.items()):
         resumed_prompts = [prompts[q] + old[q][k].token_ids[:-1] for q, k in group]
-        for j, (branch,), _ in iter_branches(lm.model, tokenizer, resumed_prompts, DecodingConfig(n_branches=1),
-                                             budget, until, pipeline.eos_ids(), tokenizer.pad_token_id,
-                                             args.max_rows):
-            q, k = group[j]
+        resumed = RunSpec(DecodingConfig(n_branches=1), until, budget, max_rows=args.max_rows)
+        for decoded in HFEngine(lm.model, tokenizer).decode(resumed_prompts, resumed):  # EOS: pipeline.eos_ids()
+            (branch,), (q, k) = decoded.branches, group[decoded.q]
             banked = old[q][k]
             first_token_changed += branch.token_ids[:1] != banked.token_ids[-1:]
             ids = banked.token_ids[:-1] + branch.token_ids

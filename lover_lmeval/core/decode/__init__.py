@@ -1,10 +1,12 @@
 """Decode: N branches per question and what they carry.
 
 - engine.py       what the pipeline calls: `Engine.decode(prompts, RunSpec)` hands each question's branches over whole;
-                  `HFEngine` decodes with the transformers model (a bank in front: store/banked.py; vLLM: lover_vllm);
+                  `HFEngine` decodes with the transformers model (a bank in front: store/banked.py; vLLM: lover_vllm),
+                  the one way into HF decoding; `row_store` picks its rows; `decode_all` collects a decode;
 - scheduler.py    the one decoding loop: questions join free rows (continuous batching), steps run in blocks, new
                   tokens reach the host once a block, each question handed over as its branches end;
-- decoding.py     the decoding and batching configs, and the default row store: a growing batch (any mode);
+- decoding.py     the decoding and batching configs;
+- growing.py      the default row store: a growing batch (any mode);
 - static.py       the other row store: fixed rows of a preallocated cache (no step changes a shape: a CUDA graph can
                   capture it; `cot`);
 - rows.py         what both stores share: a branch being decoded, the prefill, the packed per-step transfer;

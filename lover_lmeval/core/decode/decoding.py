@@ -1,30 +1,18 @@
-"""N-branch decoding's settings (`DecodingConfig`, `BatchingConfig`) and its default row store (`GrowingRows`).
+"""N-branch decoding's settings: what is decoded (`DecodingConfig`), how questions share the batch (`BatchingConfig`).
 
 CoT-decoding (top-N first tokens, then greedy), sampling, or beam search (beam.py). Each question's prompt is prefilled
-once; its KV cache is then repeated for the N branches, which continue in one batch (scheduler.py runs the loop). A
-branch stops on its own (stop string, EOS or the token budget) and leaves the batch at once; its slice of the KV cache
-is kept so that the assertion features (features.py) can be computed on top of it without re-encoding question and
-solution. With a row budget (`max_rows`), the next questions join the running batch as soon as their N rows are free
-(continuous batching, kv.RowBatch). Each token comes with its margin and its token_stats, computed on the device from
-the step's logits; they reach the host with the tokens, one transfer per block of steps (`BatchingConfig.sync_every`).
-
-Dimensions: Q questions, N branches per question, A rows decoding, P padded prompt length, V vocabulary.
+once; its KV cache is then repeated for the N branches, which continue in one batch (engine.HFEngine runs
+scheduler.py's loop over growing.py's or static.py's rows). A branch stops on its own (stop string, EOS or the token
+budget) and leaves the batch at once; its slice of the KV cache is kept so that the assertion features (features.py)
+can be computed on top of it without re-encoding question and solution. With a row budget (`max_rows`), the next
+questions join the running batch as soon as their N rows are free (continuous batching). Each token comes with its
+margin and its token_stats, computed on the device from the step's logits; they reach the host with the tokens, one
+transfer per block of steps (`BatchingConfig.sync_every`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-
-import torch
-
-from .beam import iter_beam
-from .branch import Branch
-from .kv import BranchCache, RowBatch, with_cache
-from .rows import Row, pack
-from .sampling import next_tokens
-from .scheduler import schedule
-from .static import StaticRows, check_static, static_columns
 
 #: The decoding modes, and what each one's branch 0 is: the `greedy` row scores it, a greedy decode with `cot` only.
 BRANCH_ZERO = {"cot": "the plain greedy decode", "sample": "one sampled path", "beam": "the top beam"}
@@ -87,12 +75,20 @@ class BatchingConfig:
     """With `static_cache`: the step through `torch.compile`, on a GPU as a CUDA graph (mode "reduce-overhead"),
     replayed with one launch a step instead of hundreds of small kernels. The first steps compile (tens of seconds
     to minutes); worth it for long runs only."""
+    columns: int | None = None
+    """With `static_cache`: L, the static cache's columns; None: static.static_columns (twice the longest prompt plus
+    the budget, so that compaction is rare). Not a model_arg: tests set the least that decodes (longest prompt +
+    budget + 1), so that the columns are compacted again and again."""
 
     def __post_init__(self):
         if self.max_rows is not None:
             self.max_rows = int(self.max_rows)
             if self.max_rows < 1:
                 raise ValueError(f"max_rows={self.max_rows} must be >= 1 (e.g. max_rows=50), or omitted.")
+        if self.columns is not None:
+            self.columns = int(self.columns)
+            if self.columns < 1:
+                raise ValueError(f"columns={self.columns} must be >= 1, or omitted (static.static_columns).")
         self.sync_every = int(self.sync_every)
         if self.sync_every < 1:
             raise ValueError(f"sync_every={self.sync_every} must be >= 1 (e.g. sync_every=8), or omitted.")
@@ -108,98 +104,3 @@ class BatchingConfig:
     def steps_between_syncs(self, mode: str) -> int:
         """`sync_every` for decoding in `mode` (sampling: 1)."""
         return self.sync_every if mode == "cot" else 1
-
-
-class GrowingRows:
-    """The scheduler's default row store: the batch's KV cache grows one column a step (kv.RowBatch); finished rows
-    leave it and joining questions' rows are concatenated, so every step may change its shapes. Any decoding mode."""
-
-    def __init__(self, model, max_rows: int):
-        self.model, self.max_rows = model, max_rows
-        self.rows: list[Row] = []
-        self.batch: RowBatch | None = None
-        self.feed = self.positions = None  # (A,) on the device: the token each row feeds next, and its position
-
-    def room(self) -> int:
-        if self.rows and not self.batch.can_extend():
-            return 0
-        return self.max_rows - len(self.rows)
-
-    def admit(self, joining: RowBatch, new_rows: list[Row], first: torch.Tensor) -> None:
-        # Each new row next feeds its first token, at the position right after its prompt.
-        position = torch.tensor([row.prompt_length for row in new_rows], device=first.device)
-        if self.rows:
-            self.batch.extend(joining)  # copies: `joining`'s own cache must not outlive the admission
-            self.feed, self.positions = torch.cat([self.feed, first]), torch.cat([self.positions, position])
-        else:
-            self.batch, self.feed, self.positions = joining, first, position
-        self.rows += new_rows
-
-    def snapshot(self, index: int, length: int) -> BranchCache:
-        return self.batch.snapshot(index, self.rows[index].prompt_length, length)
-
-    def release(self, indices: list[int]) -> None:
-        ended = set(indices)
-        keep = [i for i in range(len(self.rows)) if i not in ended]
-        self.batch.select(keep)
-        index = torch.tensor(keep, dtype=torch.long, device=self.feed.device)
-        self.feed, self.positions = self.feed[index], self.positions[index]
-        self.rows = [self.rows[i] for i in keep]
-
-    def step(self, config: DecodingConfig, generators: dict) -> torch.Tensor:
-        out = self.model(input_ids=self.feed[:, None], attention_mask=self.batch.grow(),
-                         position_ids=self.positions[:, None], use_cache=True,
-                         **with_cache(self.model, self.batch.cache))  # (A, 1) each
-        logits = out.logits[:, -1].float()  # (A, V); a no-op for a float32 model
-        probs = logits.softmax(-1)
-        self.feed, self.positions = next_tokens(probs, self.rows, config, generators), self.positions + 1
-        return pack(self.feed, probs, logits)  # (A, 6)
-
-    def live_index(self) -> None:
-        return None
-
-
-def decode_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
-                    stop: list[str], eos_ids: set[int], pad_id: int, max_rows: int | None = None,
-                    sync_every: int = BatchingConfig.sync_every, static_cache: bool = False,
-                    compile_step: bool = False) -> tuple[list[list[Branch]], list[list[BranchCache]]]:
-    """`iter_branches` collected: every prompt's branches and caches, in prompt order (tests and benchmarks; the
-    pipeline consumes the iterator, so that caches are freed question by question)."""
-    branches: list = [None] * len(prompts)
-    caches: list = [None] * len(prompts)
-    for q, q_branches, q_caches in iter_branches(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids,
-                                                 pad_id, max_rows, sync_every, static_cache, compile_step):
-        branches[q], caches[q] = q_branches, q_caches
-    return branches, caches
-
-
-@torch.inference_mode()
-def iter_branches(model, tokenizer, prompts: list[list[int]], config: DecodingConfig, max_new_tokens: int,
-                  stop: list[str], eos_ids: set[int], pad_id: int, max_rows: int | None = None,
-                  sync_every: int = BatchingConfig.sync_every, static_cache: bool = False,
-                  compile_step: bool = False) -> Iterator[tuple[int, list[Branch], list[BranchCache]]]:
-    """Decode N branches for each of Q prompts (lists of token ids); yield `(q, branches, caches)` for prompt q as
-    soon as its N branches are done: scheduler.schedule over growing rows, or static rows with `static_cache`
-    (BatchingConfig's fields, loose for the tests and benchmarks that call this directly), or `beam`'s generate.
-    At most `max_rows` rows (default: all prompts at once) decode together; a budget below one question's N rows
-    is refused before any decoding."""
-    if config.mode == "beam":
-        yield from iter_beam(model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id)
-        return
-    if not prompts:
-        return
-    batching = BatchingConfig(max_rows=max_rows, sync_every=sync_every, static_cache=static_cache,
-                              compile_step=compile_step)
-    rows = batching.rows(len(prompts), config.n_branches)
-    store = row_store(model, prompts, config.mode, max_new_tokens, rows, batching)
-    yield from schedule(store, model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id,
-                        batching.steps_between_syncs(config.mode))
-
-
-def row_store(model, prompts: list[list[int]], mode: str, max_new_tokens: int, rows: int, batching: BatchingConfig):
-    """The scheduler's rows for these prompts: static ones with `batching.static_cache` (refused, naming why, for a
-    mode or model they cannot decode), else growing ones."""
-    if not batching.static_cache:
-        return GrowingRows(model, rows)
-    check_static(model, mode)
-    return StaticRows(model, rows, static_columns(prompts, max_new_tokens), batching.compile_step)

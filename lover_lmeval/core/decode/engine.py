@@ -1,7 +1,8 @@
 """How the pipeline gets branches: an `Engine` decodes prompts as a `RunSpec` asks and hands each question over whole.
 
 The pipeline calls `engine.decode(prompts, spec)` and never looks behind it. Three engines exist: `HFEngine` (the
-transformers model: scheduler.py's loop over growing or static rows, or `beam`'s generate), the bank
+transformers model: scheduler.py's loop over growing or static rows, or `beam`'s generate; the one way into HF
+decoding, tests and benchmarks included, which collect it with `decode_all`), the bank
 (store/banked.py: banked questions read, the others passed to the engine it wraps, or refused with `bank_only`), and
 vLLM's (`lover_vllm`). An engine that cannot keep a KV cache per branch yields none; the pipeline then runs
 the branches' tokens through the HF model once, for their features and whatever statistics they lack.
@@ -15,11 +16,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+import torch
+
 from .branch import Branch
 from .beam import iter_beam
-from .decoding import BatchingConfig, DecodingConfig, row_store
+from .decoding import BatchingConfig, DecodingConfig
+from .growing import GrowingRows
 from .kv import BranchCache
-from .scheduler import schedule
+from .scheduler import RowStore, schedule
+from .static import StaticRows, check_static, static_columns
 
 
 @dataclass(frozen=True)
@@ -87,17 +92,22 @@ def eos_ids(model, tokenizer) -> set[int]:
 
 class HFEngine:
     """The transformers model decodes: scheduler.schedule over growing rows (any mode) or static rows
-    (`static_cache`, `cot`), or `beam`'s generate."""
+    (`static_cache`, `cot`), or `beam`'s generate. The one way into HF decoding: `spec` says what to decode (mode,
+    stop strings, budget, row budget), `batching` how the rows run (continuous, sync_every, static_cache,
+    compile_step, columns)."""
 
     name = "hf"
 
-    def __init__(self, model, tokenizer, batching: BatchingConfig | None = None):
+    def __init__(self, model, tokenizer, batching: BatchingConfig | None = None, eos: set[int] | None = None):
+        """`eos`: the token ids that end a branch; None: the tokenizer's and the model's (`eos_ids`). Tests pass
+        their own, to end branches at tokens they chose."""
         self.model, self.tokenizer = model, tokenizer
         self.batching = batching or BatchingConfig()
         pad_id = tokenizer.pad_token_id
         self.pad_id = pad_id if pad_id is not None else tokenizer.eos_token_id
-        self.eos_ids = eos_ids(model, tokenizer)
+        self.eos_ids = eos_ids(model, tokenizer) if eos is None else set(eos)
 
+    @torch.inference_mode()  # no autograd graph: beam's extra pass too (the scheduler's loop has its own)
     def decode(self, prompts: list[list[int]], spec: RunSpec) -> Iterator[Decoded]:
         config = spec.decoding
         if config.mode == "beam":  # generate's beams, all prompts at once (beam.py)
@@ -118,3 +128,24 @@ class HFEngine:
                                                 self.batching.steps_between_syncs(config.mode)):
                 yield Decoded(start + q, branches, caches)
                 del branches, caches  # the consumer's now: held here, they would outlive its features
+
+
+def row_store(model, prompts: list[list[int]], mode: str, max_new_tokens: int, rows: int,
+              batching: BatchingConfig) -> RowStore:
+    """The scheduler's rows for these prompts: static ones with `batching.static_cache` (refused, naming why, for a
+    mode or model they cannot decode; `batching.columns` columns, else `static_columns`), else growing ones."""
+    if not batching.static_cache:
+        return GrowingRows(model, rows)
+    check_static(model, mode)
+    return StaticRows(model, rows, batching.columns or static_columns(prompts, max_new_tokens), batching.compile_step)
+
+
+def decode_all(engine: Engine, prompts: list[list[int]], spec: RunSpec
+               ) -> tuple[list[list[Branch]], list[list[BranchCache] | None]]:
+    """`engine.decode` collected: every prompt's branches and caches, in prompt order (tests and benchmarks; the
+    pipeline consumes the iterator, so that caches are freed question by question)."""
+    branches: list = [None] * len(prompts)
+    caches: list = [None] * len(prompts)
+    for decoded in engine.decode(prompts, spec):
+        branches[decoded.q], caches[decoded.q] = decoded.branches, decoded.caches
+    return branches, caches

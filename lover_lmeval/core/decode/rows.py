@@ -1,6 +1,6 @@
-"""What both decoding loops (decoding.py's growing batch, static.py's fixed rows) share: a branch being decoded
-(`Row`), the prefill that starts a question's N rows, and the packed per-step values that reach the host one block of
-steps at a time.
+"""What both row stores (growing.py's growing batch, static.py's fixed rows) share: a branch being decoded (`Row`), the
+prefill that starts a question's N rows, and the packed per-step values that reach the host one block of steps at a
+time.
 
 Dimensions: Q questions, N branches per question, A rows, K steps in a block, P padded prompt length, V vocabulary.
 """

@@ -1,9 +1,10 @@
 """The one decoding loop: admit questions into free rows, step the rows in blocks, hand each question over whole.
 
-Two row stores run under it: decoding.py's `GrowingRows` (the batch's KV cache grows a column a step and sheds
-finished rows; any mode) and static.py's `StaticRows` (fixed rows of a preallocated cache a CUDA graph can capture;
-`cot`). A store keeps the rows' KV cache and the tokens they feed next on the device; this loop owns everything else:
-which question joins when, the host-side checks for an end (`Row.take_pending`), and the hand-over.
+Two row stores run under it (engine.row_store chooses): growing.py's `GrowingRows` (the batch's KV cache grows a
+column a step and sheds finished rows; any mode) and static.py's `StaticRows` (fixed rows of a preallocated cache a
+CUDA graph can capture; `cot`). A store keeps the rows' KV cache and the tokens they feed next on the device; this
+loop owns everything else: which question joins when, the host-side checks for an end (`Row.take_pending`), and the
+hand-over.
 
 Each round: admit the next questions whose N rows fit (continuous batching: a question joins as soon as rows free
 up, all N branches at once, in prompt order); take the tokens of the last block on the host and check them one by

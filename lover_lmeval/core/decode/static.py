@@ -1,8 +1,8 @@
 """CoT-decoding on a fixed set of rows: a preallocated KV cache (transformers' `StaticCache`) whose shapes never change
 from step to step, so that a step can be compiled and captured as a CUDA graph (`BatchingConfig.static_cache`).
 
-decoding.py's loop grows its batch's cache by one column a step, drops the rows of a finished question and
-concatenates the next question's; every shape changes, and each step launches its kernels from Python anew. Here the
+growing.py's rows grow their batch's cache by one column a step, drop the rows of a finished question and
+concatenate the next question's; every shape changes, and each step launches its kernels from Python anew. Here the
 cache holds R rows x L columns from the start. Every row writes the step's token into the same column c (the cache's
 own write position); a row's own tokens are the `lengths[s]` columns before c, its attention mask hides every other
 column, and its position ids are its own, so it computes what it would alone. A question's N branches take N free rows
@@ -11,7 +11,7 @@ finished row only frees its slot; idle slots keep computing (one column of their
 When c reaches L, or a joining prompt is longer than c, the columns are shifted left or right at once ("compaction",
 outside the step): rows end at c together, so one slice moves them all.
 
-Only `cot` runs here (sampling's per-question draws need the live rows grouped; decoding.py keeps it), and only
+Only `cot` runs here (sampling's per-question draws need the live rows grouped; growing.py decodes it), and only
 models whose every cache layer is a plain `StaticLayer` (no sliding windows).
 
 Dimensions: R rows (slots), L cache columns, H kv heads, E head dim, V vocabulary, Q*N joining rows, P their width.
@@ -20,16 +20,13 @@ Dimensions: R rows (slots), L cache columns, H kv heads, E head dim, V vocabular
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
 
 import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
-from .branch import Branch
 from .kv import BranchCache, RowBatch, input_device, with_cache
 from .rows import Row, pack
-from .scheduler import schedule
 
 
 #: what StaticLayer.lazy_initialization takes: the keys and values (transformers >= 5), or the keys alone (4.x)
@@ -182,14 +179,3 @@ def check_static(model, mode: str) -> None:
 def static_columns(prompts: list[list[int]], max_new_tokens: int) -> int:
     """L, the cache columns of static rows: twice the longest prompt plus budget, so that compaction is rare."""
     return 2 * (max(len(p) for p in prompts) + max_new_tokens + 1)
-
-
-@torch.inference_mode()
-def iter_static(model, tokenizer, prompts: list[list[int]], config, max_new_tokens: int, stop: list[str],
-                eos_ids: set[int], pad_id: int, max_rows: int, sync: int, compiled: bool = False,
-                columns: int | None = None) -> Iterator[tuple[int, list[Branch], list[BranchCache]]]:
-    """decoding.iter_branches on static rows (`cot` only): the same branches, margins, statistics and caches, question
-    by question as each ends. `columns` (L) defaults to `static_columns`; `compiled`: the step through
-    `torch.compile` (BatchingConfig.compile_step)."""
-    store = StaticRows(model, max_rows, columns or static_columns(prompts, max_new_tokens), compiled)
-    yield from schedule(store, model, tokenizer, prompts, config, max_new_tokens, stop, eos_ids, pad_id, sync)
