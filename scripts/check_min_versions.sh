@@ -12,11 +12,12 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 source "$repo/scripts/phases.sh"
+source "$repo/scripts/pip.sh"
 
 install() {
   python3 -m venv "$work/venv"
-  "$work/venv/bin/pip" install -q torch==2.13.0
-  "$work/venv/bin/pip" install -q -c "$repo/ci/min-versions.txt" -e "$repo[test]"
+  pip_install "$work/venv/bin/python" torch==2.13.0
+  pip_install "$work/venv/bin/python" -c "$repo/ci/min-versions.txt" -e "$repo[test]"
   "$work/venv/bin/pip" check
 }
 

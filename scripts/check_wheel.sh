@@ -9,6 +9,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 source "$repo/scripts/phases.sh"
+source "$repo/scripts/pip.sh"
 
 install() {
   "$repo/.venv/bin/python" -m pip wheel -q --no-deps -w "$work/dist" "$repo"  # setup.sh made .venv
@@ -17,8 +18,8 @@ install() {
   grep -q "lover_lmeval/task_configs/lover_gsm8k.yaml" "$work/contents.txt" \
     || { echo "check_wheel: the wheel carries no task YAMLs" >&2; exit 1; }
   python3 -m venv "$work/venv"
-  "$work/venv/bin/pip" install -q torch==2.13.0
-  "$work/venv/bin/pip" install -q "$wheel"
+  pip_install "$work/venv/bin/python" torch==2.13.0
+  pip_install "$work/venv/bin/python" "$wheel"
   "$work/venv/bin/pip" check
 }
 

