@@ -34,34 +34,13 @@ os.environ["LOVER_DATA_DIR"] = str(Path(os.environ.get("LOVER_DATA_DIR", SHARED 
 
 @pytest.fixture(scope="session", autouse=True)
 def lm_eval_builtin_index_once():
-    """lm-eval indexes its ~14k built-in task YAMLs in every `TaskManager` (~10 s on a 2-core CPU) and the in-process
-    tests build dozens. The built-in folder cannot change during a run, so its index is built once and reused;
-    every other folder (our tasks, a test's own) is indexed afresh as lm-eval does, later folders overriding earlier.
-    The factory deep-copies an entry's config before building a task from it, so a shared index is never mutated.
-    Tests that run the real `lm_eval` command in a subprocess pay the full index, as users do."""
-    try:
-        from lm_eval.tasks import _index
-    except ImportError:  # an lm-eval without this index (older releases): nothing to reuse
+    """lm-eval's built-in task index built once for the session (in_process.builtin_index_once): the in-process tests
+    build dozens of `TaskManager`s. Tests that run the real `lm_eval` command in a subprocess pay the full index, as
+    users do."""
+    from in_process import builtin_index_once
+
+    with builtin_index_once():
         yield
-        return
-    original = _index.TaskIndex.build
-    builtin = Path(_index.__file__).resolve().parent
-    cached: dict = {}
-
-    def build(paths, *, resolve_includes=True):
-        index = {}
-        for root in paths:
-            if Path(root).resolve() == builtin:
-                if resolve_includes not in cached:
-                    cached[resolve_includes] = original([root], resolve_includes=resolve_includes)
-                index.update(cached[resolve_includes])
-            else:
-                index.update(original([root], resolve_includes=resolve_includes))
-        return index
-
-    _index.TaskIndex.build = staticmethod(build)
-    yield
-    _index.TaskIndex.build = staticmethod(original)
 
 
 @pytest.fixture(scope="session")

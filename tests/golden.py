@@ -53,7 +53,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
 from safetensors import safe_open
 
 from lover_lmeval.core.verify.probes import PROBES
@@ -113,19 +112,41 @@ SCORE_DIAGNOSTICS = {"auroc_pooled", "ece", "mean_score_correct", "mean_score_in
 """The diagnostics read from a verifier's scores; the others (branch accuracy, groups, gold among answers) are not."""
 
 
-def _lover(*args: str, cwd: Path, env: dict[str, str] | None) -> None:
-    """The installed `lover` command in a process of its own with `env` on top of this one's; None: in this process
-    (the same code and outputs, without a second start of Python, torch and lm-eval's task index)."""
-    if env is None:
+ONE_PROCESS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from in_process import builtin_index_once
+from lover_lmeval.apps.cli import main
+with builtin_index_once():
+    for args in json.loads(sys.argv[2]):
+        status = main(args)
+        if status:
+            sys.exit(status)
+"""
+"""`lover`'s commands in turn in one new Python process (argv: this folder, the commands as JSON), lm-eval's
+built-in task index built once for all of them as in this process."""
+
+
+def _lover(commands: list[list[str]], cwd: Path, how: str, env: dict[str, str] | None = None) -> None:
+    """Run each `lover` command of `commands` in order, all succeeding. `how`: "installed", the installed command in
+    a process each, as a user runs them; "one process", a new process for all of them with `env` on top of this one's
+    (a perturbation's variables, read at start-up: one start of Python, torch and lm-eval's task index, not one a
+    command); "here", in this process (the same code and outputs, no start at all)."""
+    if how == "here":
         from lover_lmeval.apps.cli import main
 
-        assert main(list(args)) == 0
+        for args in commands:
+            assert main(list(args)) == 0
         return
-    lover = Path(sys.executable).with_name("lover")
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env}
-    done = subprocess.run([str(lover), *args], cwd=cwd, env=environment, capture_output=True, text=True,
-                          timeout=1200)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
+    if how == "installed":
+        runs = [[str(Path(sys.executable).with_name("lover")), *args] for args in commands]
+    else:
+        assert how == "one process", how
+        runs = [[sys.executable, "-c", ONE_PROCESS, str(Path(__file__).parent), json.dumps(commands)]]
+    for run in runs:
+        done = subprocess.run(run, cwd=cwd, env=environment, capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
 
 
 def _tensor_summaries(path: Path) -> dict[str, dict]:
@@ -144,23 +165,22 @@ def _tensor_summaries(path: Path) -> dict[str, dict]:
 def golden_run(tmp_path: Path, env: dict[str, str] | None = None, features: Path | None = None,
                in_process: bool = False) -> dict:
     """Everything the two commands produce that a refactor must not change (paths, timings and digests of float
-    bytes removed). `env`: variables the two commands run with on top of this process's (the perturbation check's
-    kernels and threads); `features`: a feature cache to read (and fill), else a new one in `tmp_path`;
-    `in_process`: run both commands in this process (the perturbation check's noise draws, which change no
-    variable), else each as the installed command, as a user runs it."""
-    env = None if in_process else (env or {})
+    bytes removed). `env`: variables the two commands run with, in one new process, on top of this process's (the
+    perturbation check's kernels and threads); `features`: a feature cache to read (and fill), else a new one in
+    `tmp_path`; `in_process`: run both commands in this process (the perturbation check's noise draws, which change
+    no variable); neither: each as the installed command, as a user runs it."""
+    how = "here" if in_process else "installed" if env is None else "one process"
     ckpt = tmp_path / "gsm8k.safetensors"
     if features is None:
         features = tmp_path / "features"
         features.mkdir()
     args = f"bank={BANK},bank_only=true,feature_cache={features}"
-    _lover("train", "--model_args", args, "--task", "lover_gsm8k", "--split", "test", "--limit", "8",
-           "--apply_chat_template", "--include_path", str(REPO / "task_configs"), "--out", str(ckpt), cwd=tmp_path,
-           env=env)
     out = tmp_path / "compare"
-    _lover("compare", "--model_args", args, "--tasks", TASKS, "--limit", "8", "--apply_chat_template",
-           "--include_path", str(REPO / "task_configs"), "--n_boot", "200", "--verifiers", f"trained={ckpt}",
-           "--out", str(out), cwd=tmp_path, env=env)
+    _lover([["train", "--model_args", args, "--task", "lover_gsm8k", "--split", "test", "--limit", "8",
+             "--apply_chat_template", "--include_path", str(REPO / "task_configs"), "--out", str(ckpt)],
+            ["compare", "--model_args", args, "--tasks", TASKS, "--limit", "8", "--apply_chat_template",
+             "--include_path", str(REPO / "task_configs"), "--n_boot", "200", "--verifiers", f"trained={ckpt}",
+             "--out", str(out)]], cwd=tmp_path, how=how, env=env)
     leaderboard = json.loads((out / "leaderboard.json").read_text())
     leaderboard.pop("model_args")  # holds this run's temporary paths
     metadata = json.loads(ckpt.with_suffix(".json").read_text())

@@ -19,6 +19,39 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+@contextlib.contextmanager
+def builtin_index_once():
+    """lm-eval indexes its ~14k built-in task YAMLs in every `TaskManager` (~10 s on a 2-core CPU). The built-in
+    folder cannot change during a run, so within this context its index is built once and reused; every other folder
+    (our tasks, a test's own) is indexed afresh as lm-eval does, later folders overriding earlier. The factory
+    deep-copies an entry's config before building a task from it, so a shared index is never mutated."""
+    try:
+        from lm_eval.tasks import _index
+    except ImportError:  # an lm-eval without this index (older releases): nothing to reuse
+        yield
+        return
+    original = _index.TaskIndex.build
+    builtin = Path(_index.__file__).resolve().parent
+    cached: dict = {}
+
+    def build(paths, *, resolve_includes=True):
+        index = {}
+        for root in paths:
+            if Path(root).resolve() == builtin:
+                if resolve_includes not in cached:
+                    cached[resolve_includes] = original([root], resolve_includes=resolve_includes)
+                index.update(cached[resolve_includes])
+            else:
+                index.update(original([root], resolve_includes=resolve_includes))
+        return index
+
+    _index.TaskIndex.build = staticmethod(build)
+    try:
+        yield
+    finally:
+        _index.TaskIndex.build = staticmethod(original)
+
+
 @dataclass
 class Done:
     """What a command run in this process printed (stdout) and logged (lm-eval's and lover's loggers, one record a
