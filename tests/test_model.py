@@ -228,6 +228,42 @@ def test_gguf_is_converted_once_and_identified_by_its_sha256(smollm2_dir, monkey
     assert model_identity(str(smollm2_dir), None, None) == f"gguf-sha256:{sha}"
 
 
+
+def test_a_process_waiting_on_the_conversion_lock_reads_the_folder_the_first_one_made(tmp_path, monkeypatch):
+    """Two processes convert the same GGUF at once (torchrun's ranks): the second waits on the lock the first holds,
+    then finds the finished folder and converts nothing. Here the test holds the lock, a thread calls convert_gguf
+    and is seen waiting on it (no sleep: the lock's acquire says so), the folder is completed, the lock released."""
+    import threading
+
+    from filelock import FileLock
+
+    from lover_lmeval.core import loading
+
+    monkeypatch.setenv("LOVER_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF stand-in: only its sha256 is read before the lock")
+    out = loading.cache_dir() / "converted" / loading.sha256_file(gguf)[:16]
+    conversions, waiting = [], threading.Event()
+
+    class SeenWaiting(FileLock):
+        def acquire(self, *args, **kwargs):
+            waiting.set()
+            return super().acquire(*args, **kwargs)
+
+    monkeypatch.setattr(loading, "_convert", lambda *args: conversions.append(args))
+    monkeypatch.setattr(loading, "FileLock", SeenWaiting)
+    got = []
+    out.parent.mkdir(parents=True)
+    with FileLock(str(out) + ".lock"):
+        second = threading.Thread(target=lambda: got.append(loading.convert_gguf(gguf)))
+        second.start()
+        assert waiting.wait(timeout=60)
+        out.mkdir()
+        (out / "lover_source.json").write_text("{}")  # the first process's conversion, complete
+    second.join(timeout=60)
+    assert got == [out] and conversions == []
+
+
 def test_test_time_fit_runs_once_per_task(tiny_model_dir, monkeypatch):
     """Two tasks in one run: each is fitted on its own questions, exactly as a run of that task alone."""
     from lover_lmeval.core.verify import test_time

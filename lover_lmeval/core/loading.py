@@ -14,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+from filelock import FileLock  # a dependency of transformers and huggingface_hub
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..log import log
@@ -112,11 +113,22 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def convert_gguf(gguf_path: Path) -> Path:
-    """Dequantize `gguf_path` once into a plain HF folder (fp32 safetensors + tokenizer); return it."""
+    """Dequantize `gguf_path` once into a plain HF folder (fp32 safetensors + tokenizer); return it. Processes that
+    need the same folder at once (torchrun's ranks, pytest's workers) take turns on a lock beside it: the first
+    converts, the others then find its folder, instead of each holding a second dequantized copy in memory."""
     sha = sha256_file(gguf_path)
     out = cache_dir() / "converted" / sha[:16]
     if (out / "lover_source.json").is_file():
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        if not (out / "lover_source.json").is_file():
+            _convert(gguf_path, sha, out)
+    return out
+
+
+def _convert(gguf_path: Path, sha: str, out: Path) -> None:
+    """The conversion itself, into a temporary folder renamed to `out` once complete."""
     log.warning("converting %s to a plain HF folder in %s (once; later loads take seconds)", gguf_path, out)
     folder, name = str(gguf_path.parent), gguf_path.name
     quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
@@ -137,12 +149,8 @@ def convert_gguf(gguf_path: Path) -> Path:
     tokenizer.save_pretrained(tmp)
     # Written last: its presence marks a complete conversion (an interrupted one is redone).
     (tmp / "lover_source.json").write_text(json.dumps({"gguf": str(gguf_path), "sha256": sha}))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists():  # a concurrent conversion finished first; its copy is identical
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, out)
-    return out
+    shutil.rmtree(out, ignore_errors=True)  # a folder left without lover_source.json is not a conversion
+    os.replace(tmp, out)
 
 
 def model_identity(pretrained: str, gguf_sha256: str | None, revision: str | None) -> str:
