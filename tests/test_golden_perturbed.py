@@ -72,8 +72,8 @@ def noise_draws() -> dict[str, tuple[float, int]]:
 
 def perturbed_run(name: str, baseline_features: Path, tmp_path: Path) -> dict:
     """The golden run under one perturbation: another kernel or thread count in a new process for both commands (a
-    variable read at start-up), or a noise draw in this process (the features pass is not rerun: the draw starts from the
-    baseline's cache, and nothing else differs, so it costs only the fits)."""
+    variable read at start-up), or a noise draw in this process (the features pass is not rerun: the draw starts
+    from the baseline's cache, and nothing else differs, so it costs only the fits)."""
     if name in perturbations():
         return golden_run(tmp_path, env=perturbations()[name])
     noise, seed = noise_draws()[name]

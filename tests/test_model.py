@@ -228,7 +228,6 @@ def test_gguf_is_converted_once_and_identified_by_its_sha256(smollm2_dir, monkey
     assert model_identity(str(smollm2_dir), None, None) == f"gguf-sha256:{sha}"
 
 
-
 def test_a_process_waiting_on_the_conversion_lock_reads_the_folder_the_first_one_made(tmp_path, monkeypatch):
     """Two processes convert the same GGUF at once (torchrun's ranks): the second waits on the lock the first holds,
     then finds the finished folder and converts nothing. Here the test holds the lock, a thread calls convert_gguf
