@@ -1,6 +1,6 @@
 """The README stays runnable and short: every ```bash block checked with the real parsers, every docs/ link resolved.
 
-Running every block would take CI minutes (the main job alone decodes 20 questions), so each command is checked where
+Running every block would take CI minutes (the main job alone decodes 12 questions), so each command is checked where
 it would fail first, with the code that would reject it:
 - `lm_eval ...` (also after `torchrun ... -m` / `accelerate launch -m`): lm-eval's own `run` argparser; every flag
   spelled exactly as it defines it (argparse would also accept a prefix); every `--model_args` key a lover_hf or HFLM

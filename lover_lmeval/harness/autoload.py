@@ -1,4 +1,5 @@
-"""Register `lover_hf`, `lover_select`, `lover_match` and the packaged task YAMLs with lm-eval 0.4.x from the plain `lm_eval` CLI.
+"""Register `lover_hf`, `lover_vllm`, `lover_select`, `lover_match` and the packaged task YAMLs with lm-eval 0.4.x
+from the plain `lm_eval` CLI.
 
 lm-eval 0.4.13 scans no entry points, so `lover_lmeval_autoload.pth` imports this module at start-up.
 Importing lm-eval here would slow every Python start-up by seconds, so instead we install an import
