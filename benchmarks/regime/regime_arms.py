@@ -40,7 +40,7 @@ from lm_eval.tasks import TaskManager
 
 from lover_lmeval.apps.diagnostics import cross_fit_supervised, diagnose, strategy_correct
 from lover_lmeval.apps.samples import task_extractor
-from lover_lmeval.core.select.answers import get_extractor
+from lover_lmeval.core.select.answers import get_extractor, matches_gold
 from lover_lmeval.core.store.bank import BankConfig
 from lover_lmeval.core.verify.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from lover_lmeval.core.verify.dev_select import NoProbeSelected, fit_with_dev
@@ -92,8 +92,8 @@ def precision_check(lm, prompts, spec, test_results, gold, extract_name: str) ->
     extract = get_extractor(extract_name)
     out = {"n": len(both)}
     for strategy in ("greedy", "majority"):
-        a = np.array([float(select(test_results[i], strategy, extract) == gold[i]) for i in both])
-        b = np.array([float(select(LoverResult(fp32[i]), strategy, extract) == gold[i]) for i in both])
+        a = np.array([float(matches_gold(extract, select(test_results[i], strategy, extract), gold[i])) for i in both])
+        b = np.array([float(matches_gold(extract, select(LoverResult(fp32[i]), strategy, extract), gold[i])) for i in both])
         out[strategy] = {"bf16": float(a.mean()), "fp32": float(b.mean()),
                          "bf16_minus_fp32": paired_bootstrap(a, b, 10_000, np.random.default_rng(0))}
     return out
@@ -164,7 +164,7 @@ def main() -> int:
           flush=True)
     extract = get_extractor(extract_name)
     baselines = {s: strategy_correct(test, gold, s, extract) for s in BASELINES}
-    baselines["pass_at_n (oracle)"] = np.array([float(select(r, "pass_at_n", extract, gold=g) == g)
+    baselines["pass_at_n (oracle)"] = np.array([float(matches_gold(extract, select(r, "pass_at_n", extract, gold=g), g))
                                                 for r, g in zip(test, gold)])
     report = {"args": vars(args), "n_test": len(test), "n_dev": len(dev), "gold_labels_used": {},
               "baselines": {s: float(c.mean()) for s, c in baselines.items()},

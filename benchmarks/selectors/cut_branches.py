@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lover_lmeval.core.select.answers import Answer, get_extractor
+from lover_lmeval.core.select.answers import Answer, get_extractor, matches_gold
 from lover_lmeval.core.files import atomic_path
 from lover_lmeval.core.select.selection import STRATEGIES, Question
 from lover_lmeval.core.stats import paired_bootstrap
@@ -59,10 +59,10 @@ def score_set(name: str) -> dict:
             for strategy in SELECTORS:
                 used = today if strategy == "greedy" else answers
                 pick = STRATEGIES[strategy](Question(result, used, "lover", None))
-                outcomes[rule, strategy].append(int(pick == gold))
+                outcomes[rule, strategy].append(int(matches_gold(extract, pick, gold)))
         changed = [a is not None and b is None for a, b in zip(today, with_r)]
         affected += sum(changed)
-        affected_right += sum(1 for a, c in zip(today, changed) if c and a.value == gold)
+        affected_right += sum(1 for a, c in zip(today, changed) if c and matches_gold(extract, a.value, gold))
         branches += len(today)
         groups_changed += any(changed)
     rng = np.random.default_rng(0)

@@ -31,7 +31,7 @@ from benchmarks.bank_sets import SETS, load_set
 from benchmarks.bench_common import RESULTS
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.results import LoverResult
-from lover_lmeval.core.select.answers import answer_members, get_extractor, stated_answer
+from lover_lmeval.core.select.answers import answer_members, get_extractor, matches_gold, stated_answer
 from lover_lmeval.core.select.rpc import rpc_scores
 from lover_lmeval.core.select.selection import majority, pick_scored, select, Question
 from lover_lmeval.core.select.selectors import span_lowest_probability
@@ -52,7 +52,7 @@ def check_against_bank(report: dict, questions, extract) -> list[list]:
             raise SystemExit(f"{report['set']} question {k}: bank {(q.task, q.doc_index)} vs report "
                              f"{(row['task'], row['doc'])}")
         answers = [stated_answer(extract, b) for b in q.branches]
-        right = [int(a is not None and a.value == row["gold"]) for a in answers]
+        right = [int(a is not None and matches_gold(extract, a.value, row["gold"])) for a in answers]
         if right != row["branch_right"]:
             raise SystemExit(f"{report['set']} question {k}: branches right {right} vs the report's "
                              f"{row['branch_right']}")
@@ -100,7 +100,7 @@ def augment(path: Path) -> str:
             differ += picks["rpc"] != from_report
             row["path_scores"].update(statistics_path_scores(q.branches, answers))
         for s, pick in picks.items():
-            row["correct"][s] = int(pick == row["gold"])
+            row["correct"][s] = int(matches_gold(extract, pick, row["gold"]))
             row["picked"][s] = pick
     source = ("the bank's per-token statistics (the registered strategies)" if with_stats else
               "the report's mean log-probs (rounded to 1e-5) and the bank's texts")

@@ -26,7 +26,7 @@ import numpy as np
 
 from lover_lmeval.core.decode.engine import RunSpec
 from lover_lmeval.core.decode.ptrue import FALSE_WORDS, PTRUE_QUERY, TRUE_WORDS, ptrue_from_tokens, word_tokens
-from lover_lmeval.core.select.answers import get_extractor, span_confidence, stated_answer
+from lover_lmeval.core.select.answers import get_extractor, matches_gold, span_confidence, stated_answer
 from lover_lmeval.core.files import write_text
 from lover_lmeval.core.select.selection import ORACLES, STRATEGIES, select
 from lover_lmeval.core.select.selectors import DEEPCONF_WINDOW, lowest_window_mean, span_lowest_probability
@@ -125,10 +125,10 @@ def run_set(name: str, limit: int | None, out_dir: Path, ptrue: bool = False) ->
         # Only the oracle (pass@N, an upper bound) is handed the gold answer.
         picks = {s: select(result, s, extract, gold=gold if s in ORACLES else None) for s in [*strategies, *ORACLES]}
         report["questions"].append({
-            "task": q.task, "doc": q.doc_index, "gold": gold, "correct": {s: int(p == gold) for s, p in picks.items()},
+            "task": q.task, "doc": q.doc_index, "gold": gold, "correct": {s: int(matches_gold(extract, p, gold)) for s, p in picks.items()},
             # The label-free picks themselves: selectors_table.py reads how often a selector gives one answer.
             "picked": {s: picks[s] for s in strategies},
-            "branch_right": [int(a is not None and a.value == gold)
+            "branch_right": [int(a is not None and matches_gold(extract, a.value, gold))
                              for a in (stated_answer(extract, b) for b in result.branches)],
             "path_scores": {k: [round(v, 5) for v in vals] for k, vals in path_scores(result, extract).items()}})
     out = out_dir / f"{name.replace('/', '_')}.json"
