@@ -135,6 +135,32 @@ def test_paired_rows_compares_saved_outcomes_on_shared_questions(tmp_path, capsy
             main(bad)
 
 
+def test_paired_rows_minus_pairs_every_row_with_the_base_as_compare_seeds_it(tmp_path):
+    """Four questions, majority 1,0,0,1 (1/2); cot_sum 1,1,0,1 (3/4): +1/4; lover_sum 0,0,0,1 (1/4): −1/4. Every
+    row but the base is paired, and each interval is the one `lover compare` draws for that pair
+    (interval_rng(seed, task, row, base)), so lover_sum − majority reads as compare's own paired row."""
+    from benchmarks.paper.paired_rows import main
+    from lover_lmeval.core.stats import interval_rng, paired_bootstrap
+
+    rows = {"majority": [1, 0, 0, 1], "cot_sum": [1, 1, 0, 1], "lover_sum": [0, 0, 0, 1]}
+    lines = [{"task": "lover_gsm8k", "doc_id": i, **{row: v[i] for row, v in rows.items()}} for i in range(4)]
+    (tmp_path / "per_question.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "vs_majority.json"
+    report = main([str(tmp_path), "--minus", "majority", "--n_boot", "300", "--out", str(out)])
+    assert set(report["rows"]) == {"cot_sum", "lover_sum"} and report["n"] == 4 and report["acc_base"] == 0.5
+    assert report["rows"]["cot_sum"]["diff"] == 0.25 and report["rows"]["lover_sum"]["diff"] == -0.25
+    expected = paired_bootstrap(np.array(rows["lover_sum"], float), np.array(rows["majority"], float), 300,
+                                interval_rng(0, "lover_gsm8k", "lover_sum", "majority"))
+    assert report["rows"]["lover_sum"] == {"acc": 0.25, **expected}
+    assert json.loads(out.read_text()) == report
+    for bad, message in (([str(tmp_path), f"{tmp_path}:majority", "--minus", "majority"], "not both or neither"),
+                         ([f"{tmp_path}:lover_sum"], "not both or neither"),
+                         ([str(tmp_path), "--minus", "greedy"], "row 'greedy' is not in"),
+                         ([str(tmp_path), "--minus", "majority", "--docs", "0:2"], "--docs is not taken")):
+        with pytest.raises(SystemExit, match=message):
+            main(bad)
+
+
 def test_rows_of_a_verifier_made_with_labels_say_how_many():
     """lover with the dev-66 selection (tag "[dev66]") and a label-free extra verifier ("" tag): only lover's two
     rows are renamed; a verifier missing from `tags` keeps its names too."""

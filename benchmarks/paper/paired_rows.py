@@ -7,6 +7,10 @@ on the same questions, and on a doc_id range only (e.g. the questions a larger r
     python -m benchmarks.paper.paired_rows RUN:lover_sum RUN:majority --docs 100:250
     python -m benchmarks.paper.paired_rows A:lover_sum B/per_question.jsonl:lover_sum --task lover_gsm8k
     python -m benchmarks.paper.paired_rows RUN:lover_sum RUN:majority --task all   # every task's questions pooled
+    python -m benchmarks.paper.paired_rows RUN --minus majority --out RUN/vs_majority.json   # every row of RUN
+
+`--minus BASE` pairs every row of one run with BASE, each interval seeded as `lover compare` seeds its own
+(`stats.interval_rng(seed, task, row, BASE)`), so the rows compare also reports (lover_sum − majority) read the same.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lover_lmeval.core.stats import bootstrap_interval, paired_bootstrap
+from lover_lmeval.core.files import write_text
+from lover_lmeval.core.stats import bootstrap_interval, interval_rng, paired_bootstrap
 
 from benchmarks.bench_common import docs_range
 
@@ -46,15 +51,46 @@ def outcomes(spec: str, task: str | None) -> tuple[str, dict[tuple[str, int], in
     return task, {(line["task"], line["doc_id"]): line[row] for line in lines}
 
 
+def every_row_minus(run: str, base: str, task: str | None, n_boot: int, seed: int) -> dict:
+    """Every row of one run (a folder or its per_question.jsonl) minus `base`, paired on its questions, each
+    interval drawn from `interval_rng(seed, task, row, base)` as `lover compare` draws its paired rows."""
+    task, base_rows = outcomes(f"{run}:{base}", task)
+    path = Path(run) / "per_question.jsonl" if Path(run).is_dir() else Path(run)
+    first = json.loads(path.read_text().splitlines()[0])
+    ids = sorted(base_rows)
+    second = np.array([base_rows[i] for i in ids], dtype=float)
+    rows = {}
+    for row in (name for name in first if name not in ("task", "doc_id", base)):
+        values = outcomes(f"{run}:{row}", task)[1]
+        scored = np.array([values[i] for i in ids], dtype=float)
+        rows[row] = {"acc": float(scored.mean()),
+                     **paired_bootstrap(scored, second, n_boot, interval_rng(seed, task, row, base))}
+        paired = rows[row]
+        print(f"{row:24s} {paired['acc']:.3f}  {paired['diff']:+.3f} [{paired['low']:+.3f}, {paired['high']:+.3f}]")
+    return {"task": task, "n": len(ids), "run": run, "base": base, "acc_base": float(second.mean()),
+            "n_boot": n_boot, "seed": seed, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("a", help="RUN:ROW, e.g. results/compare:lover_sum")
-    parser.add_argument("b", help="RUN:ROW, the row subtracted")
+    parser.add_argument("a", help="RUN:ROW, e.g. results/compare:lover_sum (with --minus: RUN alone)")
+    parser.add_argument("b", nargs="?", help="RUN:ROW, the row subtracted (not with --minus)")
+    parser.add_argument("--minus", default=None, help="BASE: every row of the run a names minus BASE, e.g. majority")
+    parser.add_argument("--out", default=None, help="with --minus: write the rows to this JSON file")
     parser.add_argument("--task", default=None, help="task of a leaderboard with several, or 'all' to pool them")
     parser.add_argument("--docs", default=None, help="doc_id range START:END (END excluded), e.g. 100:250")
     parser.add_argument("--n_boot", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if (args.minus is None) == (args.b is None):
+        raise SystemExit("pass two rows (RUN:ROW RUN:ROW) or one run with --minus BASE, not both or neither")
+    if args.minus is not None:
+        if args.docs:
+            raise SystemExit("--docs is not taken with --minus: every row is paired on all of the run's questions")
+        report = every_row_minus(args.a, args.minus, args.task, args.n_boot, args.seed)
+        if args.out:
+            write_text(Path(args.out), json.dumps(report, indent=1) + "\n")
+        return report
     task, a = outcomes(args.a, args.task)
     _, b = outcomes(args.b, task)
     ids = sorted(set(a) & set(b))
