@@ -71,6 +71,9 @@ SETS = {
     "0.5b/mmlu_pro": BankSet("qwen2.5-coder-0.5b-instruct", "lover_mmlu_pro-test.jsonl.gz",
                              ("lover_mmlu_pro_biology", "lover_mmlu_pro_computer_science", "lover_mmlu_pro_history",
                               "lover_mmlu_pro_physics"), "test", (100, 100, 50, 8), 1024, "choice"),
+    # Run 32: the first 100 MATH-500 problems, their LaTeX answers grouped by math-verify's equivalence.
+    "0.5b/math500": BankSet("qwen2.5-coder-0.5b-instruct", "lover_math500-test.jsonl.gz", ("lover_math500",), "test",
+                            100, 1024, "math"),
     **{f"0.5b/bbh_{name}": BankSet("qwen2.5-coder-0.5b-instruct", f"lover_bbh_{name}.jsonl.gz", (f"lover_bbh_{name}",),
                                    "test", 250, 512, extract)
        for name, extract in (("boolean_expressions", "true_false"), ("causal_judgement", "yes_no"),

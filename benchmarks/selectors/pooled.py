@@ -14,6 +14,8 @@ FAMILIES = {  # run 19 B's (benchmarks/runs/run19_cut_branches_selectors.md)
     "yes/no, true/false": ("bbh_boolean_expressions", "bbh_causal_judgement", "bbh_navigate", "bbh_web_of_lies",
                            "hotpotqa_yesno"),
     "multiple choice": ("mmlu_pro",),
+    # Run 32 (session 40): the first math-expression set; run 19 B's rule applied to it unchanged.
+    "math expressions": ("math500",),
 }
 
 
