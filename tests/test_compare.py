@@ -74,6 +74,12 @@ def test_compare_writes_a_leaderboard_through_lm_eval(tmp_path, tiny_model_dir):
     assert "answered" not in rows["supervised_cv_sum"] and "answered" not in rows["trained_sum"]
     assert "one answer" not in (tmp_path / "leaderboard.md").read_text()
     assert set(report["tasks"]["lover_gsm8k"]["paired"]) == {"majority", "cot_sum"}
+    # every row but the vote itself and the oracle, against the vote; lover_sum's the same draw as "paired"'s
+    vs_majority = report["tasks"]["lover_gsm8k"]["vs_majority"]
+    assert set(vs_majority) == set(rows) - {"majority", "pass_at_n"}
+    assert vs_majority["lover_sum"] == report["tasks"]["lover_gsm8k"]["paired"]["majority"]
+    assert all(abs(vs_majority[r]["diff"] - (rows[r]["acc"] - rows["majority"]["acc"])) < 1e-12 for r in vs_majority)
+    assert "| row − majority | lover_gsm8k |" in (tmp_path / "leaderboard.md").read_text()
     assert report["tasks"]["lover_gsm8k"]["accuracy_vs_n"]["n"] == [1, 2, 3]
     assert 1.0 <= report["tasks"]["lover_gsm8k"]["distinct_answers"] <= 3.0
     assert json.loads((tmp_path / "leaderboard.json").read_text())["limit"] == 3

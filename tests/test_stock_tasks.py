@@ -309,5 +309,8 @@ def test_lover_compare_on_a_stock_task_pairs_the_rows_of_the_chain_it_groups_by(
     assert {"strict-match", "flexible-extract", "strict-match/majority", "flexible-extract/lover_sum"} <= set(
         entry["rows"])
     assert set(entry["paired"]) == {"majority", "cot_sum"}
+    # every row against the chain's vote the fit grouped by, the task's own rows (branch 0) too
+    assert {"strict-match", "flexible-extract/lover_sum"} <= set(entry["vs_majority"])
+    assert "strict-match/majority" not in entry["vs_majority"]
     assert "avg@3" in entry["references"]
     assert (out / "per_question.jsonl").read_text().count("\n") == 2

@@ -32,6 +32,7 @@ from ..core.decode.features import check_layer
 from ..core.files import write_text
 from ..core.select.answers import get_extractor, n_answer_groups, stated_answers
 from ..core.select.references import reference_rows
+from ..core.select.selection import ORACLES
 from ..core.stats import bootstrap_interval, interval_rng, paired_bootstrap
 from ..core.verify.checkpoints import gold_labels_used, label_tag, load_checkpoint
 from ..core.verify.scoring import (CONSTANT_ANSWER_MIN_QUESTIONS, CONSTANT_ANSWER_SHARE, batch_results, store_scores,
@@ -156,6 +157,16 @@ def interval_rows(run: Comparison, task: str, table: dict[str, np.ndarray], shar
     return rows
 
 
+def rows_minus_majority(run: Comparison, task: str, table: dict[str, np.ndarray], majority: str) -> dict:
+    """Every row of `table` but `majority` and the oracles, minus `majority` on the same questions: the paired
+    difference, its 95% interval and P(not better), each drawn from its own `run.rng(task, row, majority)` (so the
+    interval is `lover view`'s and `paired_rows --minus`'s for the same pair); {} without a majority row."""
+    if majority not in table:
+        return {}
+    return {row: paired_bootstrap(correct, table[majority], run.settings.n_boot, run.rng(task, row, majority))
+            for row, correct in table.items() if row != majority and row.rsplit("/", 1)[-1] not in ORACLES}
+
+
 def fit_checks(run: Comparison, task: str) -> dict:
     """What the task's test-time fits say of themselves, label-free (the run's provenance): each fit's final loss
     (LoVer's, CCS's) and the rank checks (Spearman with the vote share and with CoT-decoding's confidence) with the
@@ -188,12 +199,14 @@ def compare_task(run: Comparison, task: str) -> TaskOutcome:
     paired = {base: paired_bootstrap(table[lover_sum], table[prefix + base], run.settings.n_boot,
                                    run.rng(task, lover_sum, prefix + base))
               for base in ("majority", "cot_sum") if prefix + base in table and lover_sum in table}
+    vs_majority = rows_minus_majority(run, task, table, prefix + "majority")
     distinct = float(np.mean([n_answer_groups([a.value if a else None for a in stated_answers(extract, r.branches)])
                               for r in results]))
     # on the model's device; the curve's last point reuses the test-time fit where its inputs are the same
     curve = accuracy_vs_n(results, gold, extract, extract_name, run.lm.pipeline.config.fit, run.lm.model.device)
     unparsed, without = unparsed_counts(results, extract_name)
     report = {"extract": extract_name, "metric": metric, "rows": rows, "references": references, "paired": paired,
+              "vs_majority": vs_majority,
               "distinct_answers": distinct, "unparsed_branches": unparsed, "questions_without_answer": without,
               "accuracy_vs_n": curve, "diagnostics": diagnostics, "fit_checks": fit_checks(run, task)}
     sweep = None

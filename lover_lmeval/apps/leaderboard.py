@@ -31,12 +31,31 @@ def render_markdown(report: dict) -> str:
                   f"{rule['min_questions']} answered questions); a gain over majority there can be that answer's share "
                   "of the gold answers, not selection."]
     lines += render_references(report)
+    lines += render_vs_majority(report)
     lines += ["", "Paired bootstrap (same questions), LoVer(sum) minus baseline:", ""]
     for task in tasks:
         for name, stats in report["tasks"][task]["paired"].items():
             lines.append(f"- {task}, lover_sum − {name}: {stats['diff']:+.3f} [{stats['low']:+.3f}, "
                          f"{stats['high']:+.3f}], P(not better) = {stats['p_not_better']:.3f}")
     return "\n".join(lines) + "\n"
+
+
+def render_vs_majority(report: dict) -> list[str]:
+    """Every row minus majority voting, paired (compare's `vs_majority`), rows in core/select/rows.py's order; [] for
+    a report without them."""
+    tasks = [t for t in report["tasks"] if report["tasks"][t].get("vs_majority")]
+    if not tasks:
+        return []
+    found = list(dict.fromkeys(name for t in tasks for name in report["tasks"][t]["vs_majority"]))
+    names = [row for row in ROWS if row in found] + [row for row in found if row not in ROWS]
+    lines = ["", "Every row minus majority voting, paired on the same questions (95% bootstrap interval: above 0 the "
+             "row beats the vote there, below 0 it loses, else no difference is shown):", "",
+             "| row − majority | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for name in names:
+        cells = [report["tasks"][t]["vs_majority"].get(name) for t in tasks]
+        lines.append(f"| {name} | " + " | ".join("–" if c is None else f"{c['diff']:+.3f} [{c['low']:+.3f}, "
+                                                 f"{c['high']:+.3f}]" for c in cells) + " |")
+    return lines
 
 
 def render_references(report: dict) -> list[str]:
