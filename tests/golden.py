@@ -33,7 +33,8 @@ construction, and one place in code decides it, `value_class`:
   only, since a near-tie decides it; what aggregates them over questions is compared within a tolerance measured
   under perturbations: accuracies, interval bounds, pick shares and paired differences (SHARE_TOL), mean scores,
   pooled AUROC and ECE, per-question AUROC means, final losses and tensors. The rank checks keep their sign where
-  wide (RANK_CHECK_WIDE). Every float of `supervised_cv` (a 2-fold cross-fit on 4 questions' labels) is an item.
+  wide (RANK_CHECK_WIDE). Every float of `supervised_cv` (a 2-fold cross-fit on 4 questions' labels) is an item
+  (its rows' differences from majority, in `vs_majority`: any float in [-1, 1]).
 
 What catches a broken fit is then its properties, not its bits: its own final losses (`fit_checks` and the
 checkpoint's, LOSS_TOL), its rank checks' signs, its mean scores and pooled AUROC, and accuracies within SHARE_TOL;
@@ -208,7 +209,8 @@ def scorer_of(path: tuple) -> str | None:
     name what a value reads: a branch's or a question's field (its score under a scorer; a row's pick), the row of
     `rows` and `accuracy_vs_n`, the verifier of `diagnostics`; a row reads scorer S when it is S or S's
     (`<S>_<strategy>`: lover_max, ccs_sum, supervised_cv_max). `paired` holds differences with LoVer(sum),
-    `fit_checks` what the test-time fits say of themselves; the trained checkpoint's losses and tensors are a fit's."""
+    `vs_majority` each row minus majority (read from the row), `fit_checks` what the test-time fits say of
+    themselves; the trained checkpoint's losses and tensors are a fit's."""
     top = path[0]
     if top == "checkpoint_tensors" or (top == "checkpoint_metadata" and "final_losses" in path):
         return "trained"
@@ -217,7 +219,8 @@ def scorer_of(path: tuple) -> str | None:
     elif top == "leaderboard" and len(path) > 4 and path[1] == "tasks":  # leaderboard/tasks/TASK/SECTION/NAME/...
         if path[3] in ("paired", "fit_checks"):
             return PAIRED_AGAINST
-        name = path[4] if path[3] in ("rows", "accuracy_vs_n", "diagnostics") else None
+        # vs_majority: every row minus majority, read from the row (majority itself is no fit's)
+        name = path[4] if path[3] in ("rows", "accuracy_vs_n", "diagnostics", "vs_majority") else None
     else:
         return None
     named = [s for s in FITTED_SCORERS if isinstance(name, str) and (name == s or name.startswith(s + "_"))]
@@ -252,7 +255,9 @@ def value_class(path: tuple, got, expected) -> str:
     if isinstance(expected, int):
         return "bank"  # a count (n, answered, questions): how many, not which
     if scorer == "supervised_cv":
-        return "fitted_item"  # every float of the 2-fold cross-fit on 4 questions' labels (docstring)
+        # every float of the 2-fold cross-fit on 4 questions' labels (docstring); its rows' differences from majority
+        # are in [-1, 1]
+        return "fitted_difference" if "vs_majority" in path else "fitted_item"
     return "fitted_" + kind
 
 
@@ -275,6 +280,8 @@ CLASSES = {
     "bank_confidence": (_within(CONFIDENCE_TOL), f"tolerance {CONFIDENCE_TOL:g}"),
     "bank_float": (_within(FLOAT64_SUM_TOL), f"float64 sums: tolerance {FLOAT64_SUM_TOL:g}"),
     "fitted_item": (_same_type_in_unit, "a fitted item: same type, in [0, 1]"),
+    "fitted_difference": (lambda got, expected, parent: isinstance(got, float) and math.isfinite(got) and -1 <= got <= 1,
+                          "a fitted item's difference: a float in [-1, 1]"),
     "fitted_share": (_within(SHARE_TOL), f"a fitted share: tolerance {SHARE_TOL:g}"),
     "fitted_mean_score": (_within(MEAN_SCORE_TOL), f"tolerance {MEAN_SCORE_TOL:g}"),
     "fitted_ranked": (_within(RANKED_TOL), f"tolerance {RANKED_TOL:g}"),
