@@ -280,8 +280,8 @@ CLASSES = {
     "bank_confidence": (_within(CONFIDENCE_TOL), f"tolerance {CONFIDENCE_TOL:g}"),
     "bank_float": (_within(FLOAT64_SUM_TOL), f"float64 sums: tolerance {FLOAT64_SUM_TOL:g}"),
     "fitted_item": (_same_type_in_unit, "a fitted item: same type, in [0, 1]"),
-    "fitted_difference": (lambda got, expected, parent: isinstance(got, float) and math.isfinite(got) and -1 <= got <= 1,
-                          "a fitted item's difference: a float in [-1, 1]"),
+    "fitted_difference": (lambda got, expected, parent: isinstance(got, float) and math.isfinite(got)
+                          and -1 <= got <= 1, "a fitted item's difference: a float in [-1, 1]"),
     "fitted_share": (_within(SHARE_TOL), f"a fitted share: tolerance {SHARE_TOL:g}"),
     "fitted_mean_score": (_within(MEAN_SCORE_TOL), f"tolerance {MEAN_SCORE_TOL:g}"),
     "fitted_ranked": (_within(RANKED_TOL), f"tolerance {RANKED_TOL:g}"),

@@ -27,13 +27,10 @@ from lover_lmeval.core.stats import bootstrap_interval, interval_rng, paired_boo
 from benchmarks.bench_common import docs_range
 
 
-def outcomes(spec: str, task: str | None) -> tuple[str, dict[tuple[str, int], int]]:
-    """'RUN:ROW' (RUN a `lover compare --out` folder or its per_question.jsonl) -> (task, {(task, doc_id): 0/1});
-    the task may be left out when the run has only one, and "all" pools every task's questions."""
-    path, sep, row = spec.rpartition(":")
-    if not sep or not path or not row:
-        raise SystemExit(f"{spec!r} must be RUN:ROW, e.g. results/compare:lover_sum")
-    path = Path(path) / "per_question.jsonl" if Path(path).is_dir() else Path(path)
+def run_lines(run: str, task: str | None) -> tuple[Path, str, list[dict]]:
+    """RUN (a `lover compare --out` folder or its per_question.jsonl) -> (its file, the task, the task's lines); the
+    task may be left out when the run has only one, and "all" pools every task's questions."""
+    path = Path(run) / "per_question.jsonl" if Path(run).is_dir() else Path(run)
     if not path.is_file():
         raise SystemExit(f"{path} does not exist: re-run `lover compare` (banked runs cost no decoding)")
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -44,28 +41,39 @@ def outcomes(spec: str, task: str | None) -> tuple[str, dict[tuple[str, int], in
         task = tasks[0]
     if task not in tasks + ["all"]:
         raise SystemExit(f"--task {task!r} is not in {path} (it has {', '.join(tasks)}; or 'all' to pool them)")
-    lines = [line for line in lines if task in (line["task"], "all")]
+    return path, task, [line for line in lines if task in (line["task"], "all")]
+
+
+def row_outcomes(path: Path, lines: list[dict], row: str) -> dict[tuple[str, int], int]:
+    """{(task, doc_id): 0/1} of one row of a run's lines; SystemExit naming the rows it has otherwise."""
     if row not in lines[0]:
         rows = [name for name in lines[0] if name not in ("task", "doc_id")]
         raise SystemExit(f"row {row!r} is not in {path} (rows: {', '.join(rows)})")
-    return task, {(line["task"], line["doc_id"]): line[row] for line in lines}
+    return {(line["task"], line["doc_id"]): line[row] for line in lines}
+
+
+def outcomes(spec: str, task: str | None) -> tuple[str, dict[tuple[str, int], int]]:
+    """'RUN:ROW' -> (task, {(task, doc_id): 0/1}), RUN and the task as `run_lines` reads them."""
+    run, sep, row = spec.rpartition(":")
+    if not sep or not run or not row:
+        raise SystemExit(f"{spec!r} must be RUN:ROW, e.g. results/compare:lover_sum")
+    path, task, lines = run_lines(run, task)
+    return task, row_outcomes(path, lines, row)
 
 
 def every_row_minus(run: str, base: str, task: str | None, n_boot: int, seed: int) -> dict:
     """Every row of one run (a folder or its per_question.jsonl) minus `base`, paired on its questions, each
     interval drawn from `interval_rng(seed, task, row, base)` as `lover compare` draws its paired rows."""
-    task, base_rows = outcomes(f"{run}:{base}", task)
-    path = Path(run) / "per_question.jsonl" if Path(run).is_dir() else Path(run)
-    first = json.loads(path.read_text().splitlines()[0])
+    path, task, lines = run_lines(run, task)
+    base_rows = row_outcomes(path, lines, base)
     ids = sorted(base_rows)
     second = np.array([base_rows[i] for i in ids], dtype=float)
     rows = {}
-    for row in (name for name in first if name not in ("task", "doc_id", base)):
-        values = outcomes(f"{run}:{row}", task)[1]
+    for row in (name for name in lines[0] if name not in ("task", "doc_id", base)):
+        values = row_outcomes(path, lines, row)
         scored = np.array([values[i] for i in ids], dtype=float)
-        rows[row] = {"acc": float(scored.mean()),
-                     **paired_bootstrap(scored, second, n_boot, interval_rng(seed, task, row, base))}
-        paired = rows[row]
+        rows[row] = paired = {"acc": float(scored.mean()),
+                              **paired_bootstrap(scored, second, n_boot, interval_rng(seed, task, row, base))}
         print(f"{row:24s} {paired['acc']:.3f}  {paired['diff']:+.3f} [{paired['low']:+.3f}, {paired['high']:+.3f}]")
     return {"task": task, "n": len(ids), "run": run, "base": base, "acc_base": float(second.mean()),
             "n_boot": n_boot, "seed": seed, "rows": rows}

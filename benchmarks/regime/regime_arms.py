@@ -92,8 +92,8 @@ def precision_check(lm, prompts, spec, test_results, gold, extract_name: str) ->
     extract = get_extractor(extract_name)
     out = {"n": len(both)}
     for strategy in ("greedy", "majority"):
-        a = np.array([float(matches_gold(extract, select(test_results[i], strategy, extract), gold[i])) for i in both])
-        b = np.array([float(matches_gold(extract, select(LoverResult(fp32[i]), strategy, extract), gold[i])) for i in both])
+        a = strategy_correct([test_results[i] for i in both], [gold[i] for i in both], strategy, extract)
+        b = strategy_correct([LoverResult(fp32[i]) for i in both], [gold[i] for i in both], strategy, extract)
         out[strategy] = {"bf16": float(a.mean()), "fp32": float(b.mean()),
                          "bf16_minus_fp32": paired_bootstrap(a, b, 10_000, np.random.default_rng(0))}
     return out
@@ -164,8 +164,8 @@ def main() -> int:
           flush=True)
     extract = get_extractor(extract_name)
     baselines = {s: strategy_correct(test, gold, s, extract) for s in BASELINES}
-    baselines["pass_at_n (oracle)"] = np.array([float(matches_gold(extract, select(r, "pass_at_n", extract, gold=g), g))
-                                                for r, g in zip(test, gold)])
+    baselines["pass_at_n (oracle)"] = np.array([
+        float(matches_gold(extract, select(r, "pass_at_n", extract, gold=g), g)) for r, g in zip(test, gold)])
     report = {"args": vars(args), "n_test": len(test), "n_dev": len(dev), "gold_labels_used": {},
               "baselines": {s: float(c.mean()) for s, c in baselines.items()},
               "baseline_per_question": {s: "".join(str(int(x)) for x in c) for s, c in baselines.items()},

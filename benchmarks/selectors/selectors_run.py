@@ -125,7 +125,8 @@ def run_set(name: str, limit: int | None, out_dir: Path, ptrue: bool = False) ->
         # Only the oracle (pass@N, an upper bound) is handed the gold answer.
         picks = {s: select(result, s, extract, gold=gold if s in ORACLES else None) for s in [*strategies, *ORACLES]}
         report["questions"].append({
-            "task": q.task, "doc": q.doc_index, "gold": gold, "correct": {s: int(matches_gold(extract, p, gold)) for s, p in picks.items()},
+            "task": q.task, "doc": q.doc_index, "gold": gold,
+            "correct": {s: int(matches_gold(extract, p, gold)) for s, p in picks.items()},
             # The label-free picks themselves: selectors_table.py reads how often a selector gives one answer.
             "picked": {s: picks[s] for s in strategies},
             "branch_right": [int(a is not None and matches_gold(extract, a.value, gold))
