@@ -24,11 +24,15 @@ install() {
 run_tests() {
   "$work/venv/bin/pip" list 2>/dev/null | grep -i -E "^(torch|lm.eval|transformers|accelerate|datasets|safetensors|numpy|gguf|tqdm|math.verify) "
   cd "$repo"
-  # Its own cache: a model folder converted by a newer transformers is not readable by an older one.
+  # Its own cache: a model folder converted by a newer transformers is not readable by an older one. Kept beside the
+  # main cache, named by the pins, so the next run on this machine reads the folder these pins converted instead of
+  # dequantizing SmolLM2 again; other pins, another folder.
+  local pins
+  pins="$(sha256sum "$repo/ci/min-versions.txt" | cut -c1-12)"
   # Two of the subset's slowest cases are left to the full suite (newest releases): sampling through continuous
   # batching on the real SmolLM2 (the cot case of the same test runs here) and beam features (the beam decoding tests
   # run here).
-  LOVER_CACHE_DIR="$work/cache" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 tests/test_decoding.py \
+  LOVER_CACHE_DIR="${LOVER_CACHE_DIR:-$HOME/.cache/lover-lmeval}/min-versions-$pins" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 tests/test_decoding.py \
     tests/test_features.py tests/test_pipeline.py tests/test_model.py tests/test_bad_input.py tests/test_math_answers.py \
     --deselect "tests/test_decoding.py::test_continuous_batching_gives_the_branches_of_each_question_decoded_alone[sample-kw1]" \
     --deselect "tests/test_features.py::test_features_equal_full_reencode_for_padded_batched_branches[beam-None]"

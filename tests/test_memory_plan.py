@@ -161,18 +161,69 @@ def test_a_share_the_user_chose_too_small_is_refused_with_the_share_that_fits():
     assert plan(QWEN_1_5B, 1, CARD_80GB, utilization=0.1, phase_utilization=0.1).mode == "beside"
 
 
+SMOLLM2_FP32 = dict(weight_bytes=134_515_008 * 4, kv_bytes_per_token=46_080, max_model_len=1024,
+                    hf_pass_bytes=46_080 * 10 * 1024 + GiB, device="cpu", devices=1)
+"""SmolLM2-135M in float32 on vLLM's CPU backend at the vLLM tests' max_model_len, N = 10 (the numbers of
+test_the_cpu_backend_plans_in_ram): the engine needs 2.045 GiB, the HF copy 1.941 GiB."""
+#: Readings of the RAM as vLLM reads it (total: the node's, or a cgroup's limit where lower): this machine's node
+#: (24,683,792 kB), and the 17.1 GiB and 12 GiB totals CI's machines have read after the suite and the installs.
+NODE_23_5 = 24_683_792 * 1024
+NODE_17_1 = int(17.1 * GiB)
+NODE_12 = 12 * GiB
+
+
+@pytest.mark.parametrize("total, free, share, mode", [
+    (NODE_23_5, 23 * GiB, 0.1, "beside"),  # 0.1 x 23.54 = 2.35 GiB >= 2.045; 23 - 2.35 >= 1.94
+    (NODE_23_5, 12 * GiB, 0.1, "beside"),  # 12 - 2.35 = 9.65 GiB for the HF copy
+    (NODE_17_1, 17 * GiB, 0.1, "refused"),  # 0.1 x 17.1 = 1.71 GiB < 2.045, alone too (the share was the user's)
+    (NODE_12, 12 * GiB, 0.1, "refused"),  # 1.2 GiB
+    (NODE_12, 12 * GiB, 0.2, "beside"),  # 2.4 GiB >= 2.045; 12 - 2.4 = 9.6 GiB for the HF copy
+    (NODE_12, 4 * GiB, 0.22, "phases"),  # 2.64 GiB; 4 - 2.64 = 1.36 < 1.94 beside, but 1.94 <= 0.9 x 4 alone
+    (NODE_12, 2 * GiB, 0.22, "refused"),  # the share (2.64 GiB) is more than is free: vLLM would refuse it
+])
+def test_the_plans_rule_on_recorded_readings_of_the_ram(total, free, share, mode):
+    """The rule (engine <= share x total <= free; HF copy <= free - share x total beside, <= 0.9 x free alone) on
+    readings CI's machines have taken, worked by hand in each case's comment. A fixed share of 0.1 runs beside on a
+    23.5 GiB node and is refused on a 17.1 GiB one: what the vLLM tests met (stop 72, Gate) before they took
+    their share from the reading."""
+    assert MemoryPlan(**SMOLLM2_FP32, device_bytes=total, utilization=share, phase_utilization=share,
+                      free_bytes=free).mode == mode
+
+
+@pytest.mark.parametrize("total, smallest, with_margin", [(NODE_23_5, 0.09, 0.11), (NODE_17_1, 0.12, 0.15),
+                                                           (NODE_12, 0.18, 0.22)])
+def test_the_smallest_share_holds_the_engine_and_is_what_a_refusal_names(total, smallest, with_margin):
+    """smallest_share: 2.045 GiB / 23.54 = 0.0869 -> 0.09; / 17.1 = 0.1196 -> 0.12; / 12 = 0.1704 -> 0.18; with half a
+    GiB more (the vLLM tests' margin) 2.545 GiB: 0.1081 -> 0.11, 0.1488 -> 0.15, 0.2121 -> 0.22. The engine fits the
+    smallest share and not one hundredth less, and a refusal at 0.1 on the 17.1 GiB node names it, as the issue's
+    log did ("pass gpu_memory_utilization=0.12 or more")."""
+    plan = MemoryPlan(**SMOLLM2_FP32, device_bytes=total, utilization=0.5, free_bytes=total)
+    assert (plan.smallest_share(), plan.smallest_share(GiB // 2)) == (smallest, with_margin)
+    fits = [MemoryPlan(**SMOLLM2_FP32, device_bytes=total, utilization=share, phase_utilization=share,
+                       free_bytes=total).mode != "refused" for share in (smallest, round(smallest - 0.01, 2))]
+    assert fits == [True, False]
+    if total == NODE_17_1:
+        refused = MemoryPlan(**SMOLLM2_FP32, device_bytes=total, utilization=0.1, phase_utilization=0.1)
+        assert "0.1 x 17.1 GiB = 1.7 GiB; pass gpu_memory_utilization=0.12 or more (now 0.1)" in refused.reason
+
+
 @pytest.mark.parametrize("asked, logged", [
     ("phases", "lover_vllm runs memory_plan=phases as asked, not the plan's beside (the engine's share 0.2)."),
     ("beside", None),  # what the plan chose: its own line says it
     ("auto", None),
 ])
-def test_a_layout_asked_over_the_plan_is_logged_as_the_one_that_runs(smollm2_dir, caplog, asked, logged):
-    """SmolLM2 on the CPU backend, 0.2 of the RAM chosen by the user (so the engine keeps 0.2 alone too, whatever
-    this machine has free): the plan is beside; memory_plan=phases is taken as asked, and a second line says that
-    phases runs (the plan's own line still says beside) with the engine's share."""
+def test_a_layout_asked_over_the_plan_is_logged_as_the_one_that_runs(smollm2_dir, caplog, monkeypatch, asked,
+                                                                      logged):
+    """SmolLM2 on the CPU backend, 0.2 of the RAM chosen by the user (so the engine keeps 0.2 alone too), on a 16 GiB
+    node with all of it free (the reading injected: the plan reads the RAM free now, which is this machine's state):
+    the plan is beside; memory_plan=phases is taken as asked, and a second line says that phases runs (the plan's own
+    line still says beside) with the engine's share."""
     import logging
 
+    from lover_lmeval.harness.vllm import memory
     from lover_lmeval.harness.vllm.memory import choose_placement
+
+    monkeypatch.setattr(memory, "ram", lambda: (16 * GiB, 16 * GiB))
 
     config = json.loads((smollm2_dir / "config.json").read_text())
     args = {"dtype": "float32", "gpu_memory_utilization": 0.2, "max_model_len": 1024}

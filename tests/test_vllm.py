@@ -31,6 +31,33 @@ needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 QUESTIONS = 10  # the agreement reading's GSM8K test questions: 100 branches (20 questions took 280 s on an Intel Xeon)
 BUDGET = 64
+CONTEXT = 1024  # every engine's max_model_len here
+GiB = 1 << 30
+SHARE_MARGIN = GiB // 2
+"""What a test's engine gets above the smallest share the plan accepts for it (MemoryPlan.smallest_share): KV room
+(about 11,000 tokens of SmolLM2 in float32, so 21 branches of a GSM8K question run at once) and room for the RAM vLLM
+reads to move between the plan's reading and the engine's start (page cache, an engine killed just before). vLLM's
+worker measured 1.89 GiB of non-KV use where the plan counts 2.0 GiB (weights 0.5 + 1.5)."""
+
+
+def engine_share(smollm2_dir: Path, engines: int = 1, beside: bool = False, context: int = CONTEXT) -> float:
+    """The share of the RAM a test's engine asks for: the smallest the memory plan accepts for SmolLM2 in float32 at
+    `context` tokens, plus SHARE_MARGIN, computed from the RAM as vLLM reads it now. A fixed share is granted on one
+    machine and refused on another (0.1 of a node vLLM reads as 17.1 GiB holds 1.7 GiB, less than the engine's 2.0:
+    Gate), and the reading itself moves with what ran before. Fails, naming the reading, where `engines` such engines
+    (and the HF copy, `beside`) have no room in what is free now."""
+    from lover_lmeval.harness.vllm.memory import plan_memory
+
+    config = json.loads((smollm2_dir / "config.json").read_text())
+    args = {"dtype": "float32", "gpu_memory_utilization": 1.0, "max_model_len": context}
+    plan = plan_memory(str(smollm2_dir), config, args, 10, False, True, "SmolLM2")
+    share = plan.smallest_share(SHARE_MARGIN)
+    need = engines * share * plan.device_bytes + (plan.hf_bytes if beside else 0)
+    if need > plan.room:
+        pytest.fail(f"this machine has {plan.room / GiB:.1f} GiB free of {plan.device_bytes / GiB:.1f} GiB as vLLM "
+                    f"reads the RAM now; {engines} engine(s) at share {share:g}"
+                    f"{' and the HF copy' if beside else ''} need {need / GiB:.1f} GiB: free memory and run again")
+    return share
 
 
 def planned_mode(plan: dict) -> str:
@@ -83,10 +110,13 @@ def _engine_probe() -> tuple[str, str] | None:
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     if torch.cuda.is_available() or "avx512f" in flags:
         return None
-    probe = """if __name__ == "__main__":  # vLLM's engine runs in a spawned process, which re-imports this script
-    from vllm import LLM
     from lover_lmeval.core.loading import convert_gguf, default_gguf
-    LLM(model=str(convert_gguf(default_gguf())), dtype="float32", max_model_len=512, gpu_memory_utilization=0.2)
+
+    model = convert_gguf(default_gguf())
+    probe = f"""if __name__ == "__main__":  # vLLM's engine runs in a spawned process, which re-imports this script
+    from vllm import LLM
+    LLM(model={str(model)!r}, dtype="float32", max_model_len=512,
+        gpu_memory_utilization={engine_share(model, context=512)})
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
     return probe_verdict(done.returncode, done.stderr)
@@ -120,8 +150,10 @@ def lm(smollm2_dir):
     _needs_the_engine()
     from lover_lmeval.harness.vllm.model import LoverVLLM
 
-    # enforce_eager: no compile of the model at start (tens of seconds on a CPU); the branches are the same
-    lm = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True, verifier=None)
+    # enforce_eager: no compile of the model at start (tens of seconds on a CPU); the branches are the same. The share
+    # is the reading's (engine_share), with room beside it for the HF copy, so the plan's own layout is beside.
+    lm = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=CONTEXT, enforce_eager=True, verifier=None,
+                   gpu_memory_utilization=engine_share(smollm2_dir, beside=True))
     yield lm
     # Stop the engine's process now: left to vLLM's exit hook, it logs into streams pytest has closed by then (a
     # screenful of "Logging error" in CI's log after the summary line).
@@ -159,8 +191,8 @@ def test_without_vllm_the_model_is_refused_in_one_line(tmp_path):
 def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(killed_and_resumed):
     """The real `lm_eval` CLI, the embedded SmolLM2 (no pretrained), 6 questions (the kill test's command, run to its
     end after the kill): the same rows as lover_hf's, from vLLM's branches, and the provenance names the engine, the
-    memory plan (at a 0.1 share; its mode the rule's for the RAM free then, see planned_mode) and the layout that
-    ran (phases, as asked). 21 branches: one more
+    memory plan (at the share engine_share read; its mode the rule's for the RAM free then, see planned_mode) and the
+    layout that ran (phases, as asked). 21 branches: one more
     first-step candidate than vLLM's default max_logprobs (20), which lover_vllm raises to N."""
     from lover_lmeval.core.select.rows import TASK_ROWS
 
@@ -173,7 +205,7 @@ def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(killed_and_resumed):
     provenance = results["config"]["lover"]
     assert provenance["engine"] == "vllm" and provenance["test_time_fits"]["lover_gsm8k"]["questions"] == 6
     plan = provenance["memory_plan"]
-    assert plan["placement"] == "phases" and plan["utilization"] == 0.1, plan
+    assert plan["placement"] == "phases" and plan["utilization"] == killed_and_resumed.share, plan
     assert plan["device"] == "cpu" and plan["max_model_len"] == 1024
     assert plan["weight_bytes"] == 134_515_008 * 4  # SmolLM2-135M in float32, from its safetensors headers
     assert plan["mode"] == planned_mode(plan), plan
@@ -284,10 +316,14 @@ def test_a_vllm_bank_is_read_back_without_vllm_and_never_mixed_with_hf_records(l
     # an engine share too small even alone: refused by the plan, before anything loads
     ({"gpu_memory_utilization": "0.05", "max_model_len": "1024"}, "lover_vllm cannot run .* even in phases"),
 ])
-def test_vllm_args_that_contradict_lover_are_refused_before_the_engine_starts(args, needle, smollm2_dir):
+def test_vllm_args_that_contradict_lover_are_refused_before_the_engine_starts(args, needle, smollm2_dir, monkeypatch):
+    """Each refused before anything loads. The plan reads a 16 GiB node with all of it free (injected: the RAM free now
+    is this machine's state), where 0.05 of it (0.8 GiB) cannot hold the engine's 2.0 GiB even alone."""
     from lover_lmeval.harness.model_args import LoverUsageError
+    from lover_lmeval.harness.vllm import memory
     from lover_lmeval.harness.vllm.model import LoverVLLM
 
+    monkeypatch.setattr(memory, "ram", lambda: (16 * GiB, 16 * GiB))
     with pytest.raises(LoverUsageError, match=needle):
         LoverVLLM(pretrained=str(smollm2_dir), **args)
 
@@ -306,26 +342,32 @@ def test_a_generation_setting_lover_cannot_honour_is_refused_by_name(lm):
 
 @needs_vllm
 def test_the_plan_is_logged_and_recorded_for_the_run(lm):
-    """SmolLM2 in float32 at max_model_len 1024 on this CPU: weights 0.50 GiB, KV 46,080 bytes a token x 1024, within
-    0.2 of the RAM: beside, as the provenance says."""
+    """SmolLM2 in float32 at max_model_len 1024 on this CPU: weights 0.50 GiB, KV 46,080 bytes a token x 1024, at
+    the share engine_share read: the layout that runs is the plan's own (memory_plan=auto), the mode the plan's rule
+    gives for the reading it recorded (the module engine's share leaves the HF copy room, so beside unless the
+    RAM moved by more than SHARE_MARGIN in between), as the provenance says."""
     from lover_lmeval.harness.vllm.memory_plan import MemoryPlan
 
-    assert isinstance(lm.plan, MemoryPlan) and (lm.plan.mode, lm.placement) == ("beside", "beside")
+    recorded = lm.get_model_info()["lover"]["memory_plan"]
+    assert isinstance(lm.plan, MemoryPlan) and lm.plan.mode == planned_mode(recorded) == lm.placement, recorded
     assert (lm.plan.weight_bytes, lm.plan.kv_bytes_per_token, lm.plan.max_model_len) == (538_060_032, 46_080, 1024)
-    assert lm.get_model_info()["lover"]["memory_plan"]["engine_bytes_per_device"] == lm.plan.engine_bytes()
+    assert recorded["engine_bytes_per_device"] == lm.plan.engine_bytes()
 
 
 @needs_vllm
 def test_an_engine_that_cannot_start_says_its_root_cause_in_one_line(smollm2_dir):
-    """memory_plan=beside overrides the plan's refusal, so the engine really starts and fails: its share, 0.05 of
-    the RAM, cannot hold even its weights and Python. The one line carries vLLM's own error from the engine's process
-    (not "See root cause above") and the fix."""
+    """memory_plan=beside overrides the plan's refusal, so the engine really starts and fails: its share, twice the
+    weights' bytes (0.04 of a 23.5 GiB node), loads the weights but cannot hold them with the engine's Python and
+    torch (1.89 GiB measured), so nothing is left for the KV cache, on any size of RAM. The one line carries vLLM's
+    own error from the engine's process (not "See root cause above") and the fix."""
     _needs_the_engine()
     from lover_lmeval.harness.model_args import LoverUsageError
+    from lover_lmeval.harness.vllm.memory import ram
     from lover_lmeval.harness.vllm.model import LoverVLLM
 
+    share = max(0.001, int(1000 * 2 * 134_515_008 * 4 / ram()[0]) / 1000)  # SmolLM2's float32 weights, twice
     with pytest.raises(LoverUsageError) as refused:
-        LoverVLLM(pretrained=str(smollm2_dir), max_model_len=1024, enforce_eager=True, gpu_memory_utilization=0.05,
+        LoverVLLM(pretrained=str(smollm2_dir), max_model_len=CONTEXT, enforce_eager=True, gpu_memory_utilization=share,
                   memory_plan="beside")
     message = str(refused.value)
     print(message)
@@ -333,15 +375,15 @@ def test_an_engine_that_cannot_start_says_its_root_cause_in_one_line(smollm2_dir
     assert message.startswith(f"vLLM could not start {smollm2_dir}: ") and "\n" not in message
     assert "on kv cache allocation is less than requested memory for kv" in message
     assert "See root cause above" not in message
-    assert "Fix: its share leaves the KV cache too little room: raise gpu_memory_utilization (now 0.05)" in message
+    assert f"Fix: its share leaves the KV cache too little room: raise gpu_memory_utilization (now {share})" in message
 
 
 @needs_vllm
 def test_phases_give_besides_rows(lm, gsm8k_prompts, smollm2_dir, tmp_path):
     """SmolLM2 in float32, 4 GSM8K questions x 10 branches: lover_vllm in phases (vLLM decodes them all, its engine
     is shut down, then the HF copy loads and reads them) gives the branches, features and every selector's row that
-    lover_vllm beside gives, and banks the same complete records. The same engine share for both (0.2, explicit), so
-    both engines batch the same requests alike."""
+    lover_vllm beside gives, and banks the same complete records. The same engine share for both (the module engine's,
+    explicit), so both engines batch the same requests alike."""
     from lm_eval.api.instance import Instance
 
     from lover_lmeval.core.select.answers import get_extractor
@@ -357,7 +399,7 @@ def test_phases_give_besides_rows(lm, gsm8k_prompts, smollm2_dir, tmp_path):
     beside = lm.generate_until(requests, disable_tqdm=True)
     path = tmp_path / "bank.sqlite"
     phased = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True,
-                       verifier=None, memory_plan="phases", gpu_memory_utilization=0.2, bank=str(path),
+                       verifier=None, memory_plan="phases", gpu_memory_utilization=lm.plan.utilization, bank=str(path),
                        feature_cache="none")  # computed now, as beside's: not read from an earlier run's cache
     assert phased.hf_model.device.type == "meta"  # no HF weights while vLLM decodes
     results = phased.generate_until(requests, disable_tqdm=True)
@@ -417,6 +459,7 @@ class KilledAndResumed:
     run's completed process, the bank, the staging file and the output folder."""
 
     before: dict
+    share: float
     done: subprocess.CompletedProcess
     bank: Path
     staging: Path
@@ -433,8 +476,8 @@ class KilledAndResumed:
 def killed_and_resumed(smollm2_dir, tmp_path_factory) -> KilledAndResumed:
     """The lm_eval CLI, lover_vllm in phases, 21 branches, one question a vLLM call (chunk_questions=1), 6 GSM8K
     questions: killed with SIGKILL (its engine process with it) once phase 1 has staged at least one question and
-    before it has staged them all, then the same command run to its end. The engine's share is 0.1 of the RAM (its
-    KV cache room for about 19 full-length sequences), not the larger share the plan gives an engine alone: vLLM's
+    before it has staged them all, then the same command run to its end. The engine's share is engine_share's (its KV
+    cache room for about 11 full-length sequences), not the larger share the plan gives an engine alone: vLLM's
     CPU backend takes ~60 s to make an 18 GiB KV cache, in each of the two runs. The second run is also the CLI test's run: one
     command's two engine starts serve both tests, not three."""
     _needs_the_engine()
@@ -443,10 +486,11 @@ def killed_and_resumed(smollm2_dir, tmp_path_factory) -> KilledAndResumed:
     tmp_path = tmp_path_factory.mktemp("kill")
     cache, bank, out = tmp_path / "cache", tmp_path / "bank.sqlite", tmp_path / "out"
     staging = cache / "vllm_staged.sqlite"
+    share = engine_share(smollm2_dir)  # read once: both runs are the same command
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "LOVER_CACHE_DIR": str(cache)}
     command = [sys.executable, "-m", "lm_eval", "--model", "lover_vllm", "--model_args",
                f"pretrained={smollm2_dir},n_branches=21,memory_plan=phases,chunk_questions=1,max_model_len=1024,"
-               f"enforce_eager=true,gpu_memory_utilization=0.1,bank={bank}", "--gen_kwargs", "max_gen_toks=48",
+               f"enforce_eager=true,gpu_memory_utilization={share},bank={bank}", "--gen_kwargs", "max_gen_toks=48",
                "--tasks", "lover_gsm8k", "--limit", "6", "--log_samples", "--output_path", str(out)]
 
     def staged_count() -> int:
@@ -468,7 +512,7 @@ def killed_and_resumed(smollm2_dir, tmp_path_factory) -> KilledAndResumed:
     assert 1 <= len(before) < 6, stderr[-3000:]
     assert not bank.exists() or len(BranchBank(bank)) == 0  # phase 2 never began
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
-    return KilledAndResumed(before, done, bank, staging, out)
+    return KilledAndResumed(before, share, done, bank, staging, out)
 
 
 @needs_vllm
@@ -481,7 +525,8 @@ def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_
     before, done = killed_and_resumed.before, killed_and_resumed.done
     assert done.returncode == 0, done.stderr[-5000:]
     mode = killed_and_resumed.plan["mode"]
-    override = f"lover_vllm runs memory_plan=phases as asked, not the plan's {mode} (the engine's share 0.1)"
+    override = (f"lover_vllm runs memory_plan=phases as asked, not the plan's {mode} (the engine's share "
+                f"{killed_and_resumed.share:g})")
     assert (override in done.stderr) == (mode != "phases"), killed_and_resumed.plan  # said only where they differ
     assert (f"vLLM decodes {6 - len(before)} questions ({len(before)} staged by an earlier run, 0 read from the bank "
             "later)") in done.stderr
@@ -505,7 +550,8 @@ def test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes(lm
 
     prompts, spec = gsm8k_prompts[0][:5], gsm8k_prompts[1]
     parallel = LoverVLLM(pretrained=str(smollm2_dir), n_branches=10, max_model_len=1024, enforce_eager=True,
-                         verifier=None, data_parallel_size=2, chunk_questions=2, gpu_memory_utilization=0.1)
+                         verifier=None, data_parallel_size=2, chunk_questions=2,
+                         gpu_memory_utilization=engine_share(smollm2_dir, engines=2))
     engine = parallel.vllm_engine
     assert isinstance(engine, ReplicaEngine) and engine.replicas == []  # nothing started before the first decode
     try:

@@ -55,6 +55,10 @@ class MathWorker:
     def timeout_s(self) -> float:
         return TIMEOUT_S if self._timeout_s is None else self._timeout_s
 
+    @timeout_s.setter
+    def timeout_s(self, seconds: float | None) -> None:
+        self._timeout_s = seconds
+
     def call(self, *request: str) -> bool:
         """The child's reply to `request` (math_worker.py), False when none came within `timeout_s`."""
         with self.lock:

@@ -202,6 +202,11 @@ class MemoryPlan:
         kv = self.kv_bytes if devices == self.devices else self.kv_bytes * self.devices // devices
         return math.ceil(self.weight_bytes / devices) + self.overhead + kv
 
+    def smallest_share(self, margin_bytes: int = 0) -> float:
+        """The smallest gpu_memory_utilization, in hundredths rounded up, whose share of one device holds the engine
+        (`engine_bytes`) and `margin_bytes` more: the share the plan's rule accepts for this model and context."""
+        return math.ceil(100 * (self.engine_bytes() + margin_bytes) / self.device_bytes) / 100
+
     @property
     def hf_bytes(self) -> int:
         """The HF copy's need, over all devices: weights and its pass."""
@@ -270,7 +275,7 @@ class MemoryPlan:
             return (f"{head}: the HF copy that reads the branches needs {_gib(self.hf_bytes)} (weights and its pass), "
                     f"more than {ALONE_UTILIZATION:g} x the {_gib(self.room * self.devices)} there is; pass "
                     + "; or ".join(fixes + ["a smaller model"]) + ".")
-        needed = math.ceil(100 * self.engine_bytes() / self.device_bytes) / 100
+        needed = self.smallest_share()
         if needed <= min(ALONE_UTILIZATION, self.room / self.device_bytes):  # the user's share is what is too small
             fixes.insert(0, f"gpu_memory_utilization={needed:g} or more (now {self.phase_utilization:g})")
         room_for_kv = share - math.ceil(self.weight_bytes / self.devices) - self.overhead
