@@ -6,7 +6,6 @@ not installed, only the missing-vLLM refusal and the tests that need no engine r
 from __future__ import annotations
 
 import dataclasses
-import functools
 import glob
 import importlib.util
 import json
@@ -102,24 +101,32 @@ def probe_verdict(returncode: int, stderr: str) -> tuple[str, str] | None:
                    f"{error}"
 
 
-@functools.cache
+STARTS: dict[str, tuple[str, str] | None] = {}
+"""This session's verdict on vLLM's engine (`probe_verdict`), under "verdict" once known: from the probe, or from the
+first engine a test starts in a process of its own (the kill test's first run), which then stands in for the probe."""
+
+
 def _engine_probe() -> tuple[str, str] | None:
-    """`probe_verdict` of one engine start on this machine, probed once a session, before any test starts an engine
-    of its own (a probe beside another engine fails for want of memory, not of the CPU). Only a CPU without AVX-512
-    (some of our machines) is probed: a machine with it always runs the tests."""
+    """`probe_verdict` of one engine start on this machine, taken once a session, before any test starts an engine
+    in this process (vLLM's import can die of SIGILL on a CPU its wheel was not built for; a probe beside another
+    engine fails for want of memory, not of the CPU). Only a CPU without AVX-512 (some of our machines) is probed: a
+    machine with it always runs the tests. The probe starts its engine as the tests do, eagerly: compiling the model
+    made it 332 s instead of 159 s on an AMD EPYC with AVX2 only (session 43)."""
+    if "verdict" in STARTS:
+        return STARTS["verdict"]
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     if torch.cuda.is_available() or "avx512f" in flags:
-        return None
+        return STARTS.setdefault("verdict", None)
     from lover_lmeval.core.loading import convert_gguf, default_gguf
 
     model = convert_gguf(default_gguf())
     probe = f"""if __name__ == "__main__":  # vLLM's engine runs in a spawned process, which re-imports this script
     from vllm import LLM
-    LLM(model={str(model)!r}, dtype="float32", max_model_len=512,
+    LLM(model={str(model)!r}, dtype="float32", max_model_len=512, enforce_eager=True,
         gpu_memory_utilization={engine_share(model, context=512)})
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
-    return probe_verdict(done.returncode, done.stderr)
+    return STARTS.setdefault("verdict", probe_verdict(done.returncode, done.stderr))
 
 
 def _needs_the_engine() -> None:
@@ -478,11 +485,14 @@ def killed_and_resumed(smollm2_dir, tmp_path_factory) -> KilledAndResumed:
     questions: killed with SIGKILL (its engine process with it) once phase 1 has staged at least one question and
     before it has staged them all, then the same command run to its end. The engine's share is engine_share's (its KV
     cache room for about 11 full-length sequences), not the larger share the plan gives an engine alone: vLLM's
-    CPU backend takes ~60 s to make an 18 GiB KV cache, in each of the two runs. The second run is also the CLI test's run: one
-    command's two engine starts serve both tests, not three."""
-    _needs_the_engine()
+    CPU backend takes ~60 s to make an 18 GiB KV cache, in each of the two runs. The second run is also the CLI
+    test's run: one command's two engine starts serve both tests, not three. Its first run, in a process of its own,
+    is this session's probe where none was taken before (STARTS): a run that dies before it stages a question is
+    judged as the probe judges a start (skip for a missing instruction set, else fail)."""
     from lover_lmeval.core.store.bank import BranchBank
 
+    if "verdict" in STARTS:  # a verdict taken already is honoured; none is taken for this fixture alone
+        _needs_the_engine()
     tmp_path = tmp_path_factory.mktemp("kill")
     cache, bank, out = tmp_path / "cache", tmp_path / "bank.sqlite", tmp_path / "out"
     staging = cache / "vllm_staged.sqlite"
@@ -505,8 +515,14 @@ def killed_and_resumed(smollm2_dir, tmp_path_factory) -> KilledAndResumed:
     deadline = time.monotonic() + 900
     while first.poll() is None and staged_count() == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
-    os.killpg(first.pid, signal.SIGKILL)  # the whole group: lm_eval and vLLM's engine process
+    ended = first.poll() is not None and staged_count() == 0
+    if not ended:
+        os.killpg(first.pid, signal.SIGKILL)  # the whole group: lm_eval and vLLM's engine process
     stderr = first.communicate()[1]
+    if ended and first.returncode != 0:  # its engine did not start: the probe's verdict, unless one was taken
+        STARTS.setdefault("verdict", probe_verdict(first.returncode, stderr))
+        _needs_the_engine()
+    STARTS.setdefault("verdict", None)  # an engine started and decoded here: the probe has nothing left to find
     staged = BranchBank(staging)
     before = {key: staged.get(key) for key in staged.keys()}
     assert 1 <= len(before) < 6, stderr[-3000:]
