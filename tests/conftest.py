@@ -13,7 +13,9 @@ import pytest
 # and inherited by every command a test runs: two workers of two OpenMP threads each on a 2-core machine would wait
 # on each other's barriers (several times slower), while one thread each keeps both cores busy.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    _THREADS = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    # the cores this process may run on (a cgroup or taskset may allow fewer than the machine has)
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    _THREADS = str(max(1, _CORES // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
     for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[_variable] = _THREADS
 
