@@ -111,7 +111,7 @@ def _engine_probe() -> tuple[str, str] | None:
     in this process (vLLM's import can die of SIGILL on a CPU its wheel was not built for; a probe beside another
     engine fails for want of memory, not of the CPU). Only a CPU without AVX-512 (some of our machines) is probed: a
     machine with it always runs the tests. The probe starts its engine as the tests do, eagerly: compiling the model
-    made it 332 s instead of 159 s on an AMD EPYC with AVX2 only (session 43)."""
+    made it 135 s instead of 52 s on an AMD EPYC with AVX2 only (session 43)."""
     if "verdict" in STARTS:
         return STARTS["verdict"]
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
