@@ -184,8 +184,7 @@ NODE_12 = 12 * GiB
 def test_the_plans_rule_on_recorded_readings_of_the_ram(total, free, share, mode):
     """The rule (engine <= share x total <= free; HF copy <= free - share x total beside, <= 0.9 x free alone) on
     readings CI's machines have taken, worked by hand in each case's comment. A fixed share of 0.1 runs beside on a
-    23.5 GiB node and is refused on a 17.1 GiB one: what the vLLM tests met (stop 72, Gate) before they took
-    their share from the reading."""
+    23.5 GiB node and is refused on a 17.1 GiB one: why the vLLM tests take their share from the reading."""
     assert MemoryPlan(**SMOLLM2_FP32, device_bytes=total, utilization=share, phase_utilization=share,
                       free_bytes=free).mode == mode
 
@@ -195,8 +194,8 @@ def test_the_plans_rule_on_recorded_readings_of_the_ram(total, free, share, mode
 def test_the_smallest_share_holds_the_engine_and_is_what_a_refusal_names(total, smallest, with_margin):
     """smallest_share: 2.045 GiB / 23.54 = 0.0869 -> 0.09; / 17.1 = 0.1196 -> 0.12; / 12 = 0.1704 -> 0.18; with half a
     GiB more (the vLLM tests' margin) 2.545 GiB: 0.1081 -> 0.11, 0.1488 -> 0.15, 0.2121 -> 0.22. The engine fits the
-    smallest share and not one hundredth less, and a refusal at 0.1 on the 17.1 GiB node names it, as the issue's
-    log did ("pass gpu_memory_utilization=0.12 or more")."""
+    smallest share and not one hundredth less, and a refusal at 0.1 on the 17.1 GiB node names it as the fix ("pass
+    gpu_memory_utilization=0.12 or more")."""
     plan = MemoryPlan(**SMOLLM2_FP32, device_bytes=total, utilization=0.5, free_bytes=total)
     assert (plan.smallest_share(), plan.smallest_share(GiB // 2)) == (smallest, with_margin)
     fits = [MemoryPlan(**SMOLLM2_FP32, device_bytes=total, utilization=share, phase_utilization=share,

@@ -39,17 +39,22 @@ reads to move between the plan's reading and the engine's start (page cache, an 
 worker measured 1.89 GiB of non-KV use where the plan counts 2.0 GiB (weights 0.5 + 1.5)."""
 
 
-def engine_share(smollm2_dir: Path, engines: int = 1, beside: bool = False, context: int = CONTEXT) -> float:
-    """The share of the RAM a test's engine asks for: the smallest the memory plan accepts for SmolLM2 in float32 at
-    `context` tokens, plus SHARE_MARGIN, computed from the RAM as vLLM reads it now. A fixed share is granted on one
-    machine and refused on another (0.1 of a node vLLM reads as 17.1 GiB holds 1.7 GiB, less than the engine's 2.0:
-    Gate), and the reading itself moves with what ran before. Fails, naming the reading, where `engines` such engines
-    (and the HF copy, `beside`) have no room in what is free now."""
+def smollm2_plan(smollm2_dir: Path, context: int = CONTEXT):
+    """The memory plan for SmolLM2 in float32 at `context` tokens, N = 10, from the RAM as vLLM reads it now."""
     from lover_lmeval.harness.vllm.memory import plan_memory
 
     config = json.loads((smollm2_dir / "config.json").read_text())
     args = {"dtype": "float32", "gpu_memory_utilization": 1.0, "max_model_len": context}
-    plan = plan_memory(str(smollm2_dir), config, args, 10, False, True, "SmolLM2")
+    return plan_memory(str(smollm2_dir), config, args, 10, False, True, "SmolLM2")
+
+
+def engine_share(smollm2_dir: Path, engines: int = 1, beside: bool = False, context: int = CONTEXT) -> float:
+    """The share of the RAM a test's engine asks for: the smallest the memory plan accepts for SmolLM2 in float32 at
+    `context` tokens, plus SHARE_MARGIN, computed from the RAM as vLLM reads it now. A fixed share is granted on one
+    machine and refused on another (0.1 of a node vLLM reads as 17.1 GiB holds 1.7 GiB, less than the engine's 2.0),
+    and the reading itself moves with what ran before. Fails, naming the reading, where `engines` such engines (and
+    the HF copy, `beside`) have no room in what is free now."""
+    plan = smollm2_plan(smollm2_dir, context)
     share = plan.smallest_share(SHARE_MARGIN)
     need = engines * share * plan.device_bytes + (plan.hf_bytes if beside else 0)
     if need > plan.room:
@@ -369,10 +374,10 @@ def test_an_engine_that_cannot_start_says_its_root_cause_in_one_line(smollm2_dir
     own error from the engine's process (not "See root cause above") and the fix."""
     _needs_the_engine()
     from lover_lmeval.harness.model_args import LoverUsageError
-    from lover_lmeval.harness.vllm.memory import ram
     from lover_lmeval.harness.vllm.model import LoverVLLM
 
-    share = max(0.001, int(1000 * 2 * 134_515_008 * 4 / ram()[0]) / 1000)  # SmolLM2's float32 weights, twice
+    plan = smollm2_plan(smollm2_dir)
+    share = max(0.001, int(1000 * 2 * plan.weight_bytes / plan.device_bytes) / 1000)  # the weights, twice
     with pytest.raises(LoverUsageError) as refused:
         LoverVLLM(pretrained=str(smollm2_dir), max_model_len=CONTEXT, enforce_eager=True, gpu_memory_utilization=share,
                   memory_plan="beside")
