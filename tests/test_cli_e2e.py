@@ -15,6 +15,7 @@ import pytest
 
 import in_process
 from lover_lmeval.core.select.rows import TASK_ROWS
+from lover_lmeval.harness.sampling_rows import row_names
 
 REPO = Path(__file__).resolve().parents[1]
 # Every test here runs an LLM end to end.
@@ -50,20 +51,25 @@ def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2
     (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
     results = json.load(open(results_file))
     metrics = results["results"]["lover_gsm8k"]
-    assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == STRATEGIES
     provenance = results["config"]["lover"]  # what made the scores, in the results file itself
+    sampling = provenance["sampling_rows"]["lover_gsm8k"]  # the references over the 3 branches, beside the selectors
+    assert sampling == ["avg@3", "pass@1", "pass@2", "pass@3", "maj@1", "maj@2", "maj@3"]
+    assert {key.split(",")[1] for key in metrics if key.startswith("exact_match,")} == STRATEGIES | set(sampling)
+    assert metrics["exact_match,maj@3"] == metrics["exact_match,majority"]
+    assert metrics["exact_match,pass@3"] == metrics["exact_match,pass_at_n"]
     fit = provenance["test_time_fits"]["lover_gsm8k"]
     assert provenance["plugin_version"] and provenance["world_size"] == 1 and fit["questions"] == 2
     assert len(fit["verifier_tensors_sha256"]) == 64 and fit["fit_config"]["regime"] == "ours"
     samples = _samples(out)
-    assert len(samples) == 2 * len(STRATEGIES)
+    assert len(samples) == 2 * (len(STRATEGIES) + len(sampling))
     for sample in samples:
         logged = json.loads(sample["resps"][0][0])
         assert len(logged["texts"]) == 3 and len(logged["finish"]) == 3
         assert logged["features"] == [3, 2, 576]  # SmolLM2-135M: hidden size 576
         assert len(logged["scores"]["lover"]) == 3  # default verifier=fit scored every branch
         assert logged["scored_by"]["lover"].endswith(fit["verifier_tensors_sha256"])
-        assert isinstance(sample["filtered_resps"][0][0], str)
+        read = sample["filtered_resps"][0]  # a reference: each branch's answer as the task reads it
+        assert len(read) == 3 if sample["filter"] in sampling else isinstance(read[0], str)
 
 
 BBH_EXTRACTORS = {"lover_bbh_boolean_expressions": "true_false", "lover_bbh_web_of_lies": "yes_no",
@@ -131,7 +137,8 @@ def test_one_and_two_cpu_ranks_give_identical_picks_and_metrics(tmp_path):
     cache = tmp_path / "features"
     cache.mkdir()
     two_metrics, two_picks = _bank_run(tmp_path, "two", 2, feature_cache=cache)
-    assert len(one_picks) == LIMIT * len(STRATEGIES) and one_picks == two_picks
+    rows = STRATEGIES | set(row_names(10))  # every selector, and the references over the 10 branches
+    assert len(one_picks) == LIMIT * len(rows) and {f for f, _ in one_picks} == rows and one_picks == two_picks
     assert len(list(cache.iterdir())) >= LIMIT, "the ranks wrote no feature cache for compare to read"
     values = lambda metrics: {k: v for k, v in metrics.items() if k.startswith("exact_match,")}  # noqa: E731
     assert values(one_metrics) == values(two_metrics)

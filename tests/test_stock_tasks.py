@@ -16,7 +16,9 @@ from lover_lmeval.core.decode.branch import Branch
 from lover_lmeval.core.results import LoverResult
 from lover_lmeval.harness import repeats
 from lover_lmeval.harness.model_args import LoverUsageError
-from lover_lmeval.harness.stock_rows import LoverPick, add_rows, available_rows, plan_task, task_chains
+from lover_lmeval.harness.sampling_rows import add_sampling_rows
+from lover_lmeval.harness.stock_rows import (LoverPick, add_rows, available_rows, metric_normaliser, plan_task,
+                                             task_chains)
 from lover_lmeval.core.select.answers import get_extractor
 
 
@@ -150,9 +152,11 @@ def _run(model: str, model_args: str, tasks: str, stock: Path, out: Path, *extra
 
 
 @pytest.mark.slow
-def test_stock_gsm8k_and_bbh_get_every_selector_row_and_greedy_equals_hf(stock, smollm2_dir, tmp_path):
+def test_stock_gsm8k_and_bbh_get_every_selector_row_and_greedy_equals_hf(stock, smollm2_dir, tmp_path, tasks):
     """lover_hf with 3 branches on lm-eval's gsm8k_cot (two chains) and bbh_cot_fewshot_boolean_expressions (one):
-    the tasks' own rows and each chain's greedy row read exactly what `--model hf` reads on the same model."""
+    the tasks' own rows and each chain's greedy row read exactly what `--model hf` reads on the same model; the
+    sampling rows in lm-eval's table are the slow reference's (each logged branch through the task's chain and
+    metric, every k-subset enumerated)."""
     names = "gsm8k_cot,bbh_cot_fewshot_boolean_expressions"
     done = _run("lover_hf", f"n_branches=3,bank={tmp_path / 'bank.sqlite'}", names, stock, tmp_path / "lover")
     _run("hf", f"pretrained={smollm2_dir}", names, stock, tmp_path / "hf")
@@ -168,7 +172,42 @@ def test_stock_gsm8k_and_bbh_get_every_selector_row_and_greedy_equals_hf(stock, 
     assert lover["get-answer"] == hf["get-answer"] == lover["greedy"]
     assert {"majority", "lover_max", "self_certainty"} <= set(lover)
     assert "gave no answer the 'number' extractor" not in done.stderr
+    for name in names.split(","):
+        _sampling_rows_are_the_slow_references(tmp_path / "lover", tasks[name])
     _opens_in_lover_view(tmp_path / "lover", tmp_path)
+
+
+def _sampling_rows_are_the_slow_references(out: Path, task) -> None:
+    """The run's avg@3, pass@k and maj@k of each chain, as lm-eval aggregated them, against `_reference` over the
+    logged branches and docs; maj@3 is the chain's majority row (the vote over all three branches)."""
+    name = task.config.task
+    results = json.loads(next(out.rglob("results_*.json")).read_text(encoding="utf-8"))
+    metrics, sampling = results["results"][name], results["config"]["lover"]["sampling_rows"][name]
+    (path,) = out.rglob(f"samples_{name}_*.jsonl")
+    questions = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        sample = json.loads(line)
+        questions[sample["doc_id"]] = (sample["doc"], json.loads(sample["resps"][0][0])["texts"])
+    chains, normalise = task_chains(task), metric_normaliser(task)  # the answers as its exact_match compares them
+    prefix = {c.name: "" if len(chains) == 1 else c.name + "/" for c in chains}
+    expected = {}
+    for chain in chains:
+        for doc, texts in questions.values():
+            read = [[t] for t in texts]
+            for step in chain.steps:
+                read = [list(r) for r in step().apply(read, [doc] * len(read))]
+            responses = [r[0] for r in read]
+            per_branch = [float(task.process_results(doc, [r])["exact_match"]) for r in responses]
+            answers = [None if r == "[invalid]" or not r.strip() else normalise(r) for r in responses]
+            expected.setdefault(f"{prefix[chain.name]}avg@3", []).append(sum(per_branch) / 3)
+            for k in (1, 2, 3):
+                passed, voted = _reference(per_branch, answers, k)
+                expected.setdefault(f"{prefix[chain.name]}pass@{k}", []).append(passed)
+                expected.setdefault(f"{prefix[chain.name]}maj@{k}", []).append(voted)
+        assert metrics[f"exact_match,{prefix[chain.name]}maj@3"] == metrics[f"exact_match,{prefix[chain.name]}majority"]
+    assert sorted(sampling) == sorted(expected)
+    assert {row: metrics[f"exact_match,{row}"] for row in sampling} == pytest.approx(
+        {row: sum(values) / len(values) for row, values in expected.items()})
 
 
 def _opens_in_lover_view(out: Path, cwd: Path) -> None:
@@ -179,7 +218,6 @@ def _opens_in_lover_view(out: Path, cwd: Path) -> None:
     from test_view import page_data
 
     from lover_lmeval.core.select.answers import TASK_EXTRACTORS, get_extractor
-    from lover_lmeval.harness.stock_rows import metric_normaliser
 
     TASK_EXTRACTORS.clear()  # what the run registered: the page must rebuild it from the results file
     in_process.lover(["view", str(out)], cwd)
@@ -189,9 +227,13 @@ def _opens_in_lover_view(out: Path, cwd: Path) -> None:
     assert set(tasks) == {"gsm8k_cot", "bbh_cot_fewshot_boolean_expressions"}
     task = tasks["gsm8k_cot"]
     assert task["extract"] == "gsm8k_cot/strict-match"
+    sampling = results["config"]["lover"]["sampling_rows"]["gsm8k_cot"]  # the references: apart from the rows
+    reported = {key.split(",")[1]: value for key, value in results["results"]["gsm8k_cot"].items()
+                if key.startswith("exact_match,")}
     assert {row["name"]: row["acc"] for row in task["rows"]} == {
-        key.split(",")[1]: value for key, value in results["results"]["gsm8k_cot"].items()
-        if key.startswith("exact_match,")}
+        name: value for name, value in reported.items() if name not in sampling}
+    assert {ref["name"]: ref["acc"] for ref in task["references"]} == pytest.approx(
+        {name.removeprefix("strict-match/"): reported[name] for name in sampling if name.startswith("strict-match/")})
     samples = [json.loads(line) for line in next(out.rglob("samples_gsm8k_cot_*.jsonl")).read_text().splitlines()]
     normalise = metric_normaliser(SimpleNamespace(config=SimpleNamespace(**results["configs"]["gsm8k_cot"])))
     strict = get_extractor("gsm8k_cot/strict-match")
@@ -210,7 +252,7 @@ def _opens_in_lover_view(out: Path, cwd: Path) -> None:
 def test_stock_mmlu_pro_rows_and_a_process_results_task_without_extract_says_why(stock, smollm2_dir, tmp_path):
     """mmlu_pro_biology (regex, ignore_case / ignore_punctuation) and hendrycks_math500 (process_results, no chain)
     zero-shot: mmlu_pro has every row and greedy equal to hf's; hendrycks_math500 keeps its own row (equal to hf's),
-    gets no selector row and no fit, and the log names the task and the fix."""
+    gets no selector row, no maj@k and no fit (avg@2 and pass@k only), and the log names the task and the fix."""
     names = "mmlu_pro_biology,hendrycks_math500"
     done = _run("lover_hf", "n_branches=2", names, stock, tmp_path / "lover", "--num_fewshot", "0")
     _run("hf", f"pretrained={smollm2_dir}", names, stock, tmp_path / "hf", "--num_fewshot", "0")
@@ -220,7 +262,8 @@ def test_stock_mmlu_pro_rows_and_a_process_results_task_without_extract_says_why
     assert {"majority", "lover_sum"} <= set(lover)
     assert "task hendrycks_math500: its answers are read in process_results" in done.stderr
     lover, hf = _samples(tmp_path / "lover", "hendrycks_math500"), _samples(tmp_path / "hf", "hendrycks_math500")
-    assert set(lover) == {"none"} and lover["none"] == hf["none"]
+    assert lover["none"] == hf["none"]  # its own row; avg@N and pass@k by its process_results, no maj@k (no groups)
+    assert set(lover) == {"none", "avg@2", "pass@1", "pass@2"}
     results = json.loads(next((tmp_path / "lover").rglob("results_*.json")).read_text(encoding="utf-8"))
     fits = _find(results, "test_time_fits")
     assert "mmlu_pro_biology" in fits and "hendrycks_math500" not in fits  # no fit on `number` by default
@@ -314,3 +357,129 @@ def test_lover_compare_on_a_stock_task_pairs_the_rows_of_the_chain_it_groups_by(
     assert "strict-match/majority" not in entry["vs_majority"]
     assert "avg@3" in entry["references"]
     assert (out / "per_question.jsonl").read_text().count("\n") == 2
+
+
+def _scored(task, n: int, results: list, docs: list[dict], user_extract: str | None = None) -> dict[str, list]:
+    """Each sampling row's per-question metrics, as lm-eval computes them: the task's filters applied to instances
+    holding `results` (FilterEnsemble.apply, as `task.apply_filters` does), then `task.process_results` per row."""
+    from lm_eval.api.instance import Instance
+
+    plan = add_sampling_rows(task, n, user_extract)
+    instances = [Instance("generate_until", doc, ("", {}), 0, (task.config.task, i, 1), resps=[result])
+                 for i, (doc, result) in enumerate(zip(docs, results))]
+    ensembles = {ensemble.name: ensemble for ensemble in task._filters}
+    for name in plan.names:
+        ensembles[name].apply(instances)
+    return {name: [task.process_results(inst.doc, [inst.filtered_resps[name]]) for inst in instances]
+            for name in plan.names}
+
+
+def test_sampling_rows_on_bbh_score_each_branch_by_the_tasks_own_chain_and_metric(tasks):
+    """bbh boolean_expressions, gold "True", branches True, True, False, none (4): the task's regex reads "True",
+    "True", "False", "[invalid]" and its exact_match scores 1, 1, 0, 0.
+    avg@4 = 2/4 = 0.5; pass@2 = 1 - C(2, 2)/C(4, 2) = 1 - 1/6 = 5/6; pass@4 = 1.
+    maj@2: the 6 pairs {01, 02, 03, 12, 13, 23}: True wins 01, 03, 13 outright and 02, 12 by the tie-break (its branch
+    is the lower index), False wins 23 (the unanswered branch votes for nothing): 5/6. maj@4 = 1 (True 2 votes to 1)."""
+    task = tasks["bbh_cot_fewshot_boolean_expressions"]
+    result = LoverResult([branch("So the answer is True."), branch("so the answer is True."),
+                          branch("So the answer is False."), branch("I do not know.")])
+    scored = _scored(task, 4, [result], [{"input": "not ( True ) and ( True ) is", "target": "True"}])
+    values = {name: rows[0]["exact_match"] for name, rows in scored.items()}
+    assert list(values) == ["avg@4", "pass@1", "pass@2", "pass@4", "maj@1", "maj@2", "maj@4"]
+    assert values == pytest.approx({"avg@4": 0.5, "pass@1": 0.5, "pass@2": 5 / 6, "pass@4": 1.0, "maj@1": 0.5,
+                                    "maj@2": 5 / 6, "maj@4": 1.0})
+
+
+def _reference(per_branch: list[float], answers: list, k: int) -> tuple[float, float]:
+    """Slow pass@k and maj@k: every k-subset enumerated. maj: the most votes among the answered branches of the
+    subset, a tie to the answer whose branch comes first in it; right where that answer's first branch scores 1."""
+    from itertools import combinations
+
+    passed = voted = 0
+    subsets = list(combinations(range(len(per_branch)), k))
+    for subset in subsets:
+        passed += any(per_branch[i] == 1 for i in subset)
+        votes = [answers[i] for i in subset if answers[i] is not None]
+        if votes:
+            winner = max(dict.fromkeys(votes), key=votes.count)  # max keeps the first of equal counts
+            voted += per_branch[answers.index(winner)] == 1
+    return passed / len(subsets), voted / len(subsets)
+
+
+def test_sampling_rows_match_a_slow_reference_on_both_gsm8k_chains(tasks):
+    """gsm8k_cot (two chains, exact_match dropping ',' and '$'), seeded random branches over a few answers, some cut
+    off or unmarked: each chain's avg@N, pass@k and maj@k equal the slow reference that scores each branch alone with
+    the task's chain and metric and enumerates every k-subset."""
+    import random
+
+    rng = random.Random(0)
+    task = tasks["gsm8k_cot"]
+    texts = ["The answer is 1,000.", "The answer is 1000.", "The answer is 72.", "It is 72", "The answer is $5.",
+             "no idea"]
+    results = [LoverResult([branch(rng.choice(texts)) for _ in range(6)]) for _ in range(5)]
+    docs = [{"question": "q", "answer": "#### 1,000"}, {"question": "q", "answer": "#### 72"}] * 2 + [
+        {"question": "q", "answer": "#### 5"}]
+    scored = _scored(task, 6, results, docs)
+    chains = {c.name: c for c in task_chains(task)}
+    for q, (result, doc) in enumerate(zip(results, docs)):
+        for chain_name, chain in chains.items():
+            read = [[t] for t in result.texts]
+            for step in chain.steps:
+                read = [list(r) for r in step().apply(read, [doc] * len(read))]
+            responses = [r[0] for r in read]
+            per_branch = [task.process_results(doc, [r])["exact_match"] for r in responses]
+            answers = [None if r == "[invalid]" else r.replace(",", "").replace("$", "").rstrip(".")
+                       for r in responses]
+            assert scored[f"{chain_name}/avg@6"][q]["exact_match"] == pytest.approx(sum(per_branch) / 6)
+            for k in (1, 2, 4, 6):
+                passed, voted = _reference(per_branch, answers, k)
+                assert scored[f"{chain_name}/pass@{k}"][q]["exact_match"] == pytest.approx(passed), (q, k)
+                assert scored[f"{chain_name}/maj@{k}"][q]["exact_match"] == pytest.approx(voted), (q, k)
+
+
+def test_a_process_results_task_gets_avg_and_pass_and_maj_only_with_extract(stock):
+    """hendrycks_math500 scores in process_results (the text between the first and last `$` against the boxed
+    solution): branches "$5$", "$7$", "It is $5$." on a solution boxing 5 score 1, 0, 1: avg@3 = 2/3, pass@2 = 1.
+    Its branches group only by a named extractor: no maj@k without extract=, maj@3 = 1 with extract=number."""
+    doc = {"problem": "2 + 3?", "solution": "It is $\\boxed{5}$."}
+    result = LoverResult([branch("$5$"), branch("$7$"), branch("It is $5$.")])
+    for user_extract, names in ((None, ["avg@3", "pass@1", "pass@2", "pass@3"]),
+                                ("number", ["avg@3", "pass@1", "pass@2", "pass@3", "maj@1", "maj@2", "maj@3"])):
+        task = TaskManager(include_path=str(stock)).load(["hendrycks_math500"])["tasks"]["hendrycks_math500"]
+        scored = _scored(task, 3, [result], [doc], user_extract)
+        assert list(scored) == names
+        assert scored["avg@3"][0]["exact_match"] == pytest.approx(2 / 3) and scored["pass@2"][0]["exact_match"] == 1
+    assert scored["maj@3"][0]["exact_match"] == 1
+
+
+def test_a_metric_not_0_1_per_branch_gets_avg_only_said_once(tasks):
+    """A task whose metric gives 0.25 and 0.75 on branches: avg@2 = 0.5, and no pass@k or maj@k value, said once."""
+    import logging
+
+    from lover_lmeval.log import model_name
+
+    task = tasks["mmlu_pro_biology"]
+    task.process_results = lambda doc, results: {"exact_match": 0.25 if results[0] == "A" else 0.75}
+    result = LoverResult([branch("The answer is (A)."), branch("The answer is (B).")])
+    said, handler, logger = [], logging.Handler(), logging.getLogger(f"lm_eval.{model_name()}")
+    handler.emit = lambda record: said.append(record.getMessage())
+    level, logger.level = logger.level, logging.INFO
+    logger.addHandler(handler)
+    try:
+        scored = _scored(task, 2, [result, result], [{}, {}])
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [row["exact_match"] for row in scored["avg@2"]] == [0.5, 0.5]
+    assert all(not row for name, rows in scored.items() if name != "avg@2" for row in rows)
+    assert sum("not 0/1 per branch: avg@2 only" in line for line in said) == 1
+
+
+def test_self_consistency_sampling_rows_are_named_by_chain_where_its_own_rows_use_the_names(tasks):
+    """gsm8k_cot_self_consistency's own maj@64 and maj@8 rows (64 repeats): the sampling rows over the 64 branches
+    are `score-first/maj@8` etc., never a second filter of the task's own name."""
+    task = tasks["gsm8k_cot_self_consistency"]
+    plan = add_sampling_rows(task, 64, None)
+    assert plan.names[0] == "score-first/avg@64" and "score-first/maj@8" in plan.names
+    names = [ensemble.name for ensemble in task._filters]
+    assert len(names) == len(set(names)) and {"maj@64", "maj@8", "score-first"} <= set(names)

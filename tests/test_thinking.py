@@ -86,6 +86,36 @@ def test_lover_hf_reads_planted_branches_after_their_thinking(smollm2_dir, token
     assert [b.text for b in BranchBank(path).get(key)] == PLANTED
 
 
+def test_a_branch_cut_in_its_thinking_states_no_answer_but_the_tasks_own_row_reads_it_whole(smollm2_dir, tokenizer,
+                                                                                          tmp_path, caplog):
+    """Branch 0 was cut at the budget inside its thinking ("... The answer is 4", no </think>, finish "length");
+    branch 1 answers 7 and branch 2 answers 4 after theirs. Read whole, branch 0's 4 would make the vote 4 (two to
+    one); cut in its thinking it states no answer: 7 and 4 tie and the tie goes to the lower branch, 7. The result's
+    string, which the task's own row reads, is branch 0's whole text, as lm-eval's HFLM returns a text without the
+    marker; a repeated request's copy 0 too. The log counts the cut branch."""
+    from lover_lmeval.harness.model import LoverLM
+    from lover_lmeval.core.decode.branch import make_branch
+
+    cut_text = "<think>Two bags of 5 apples. Maybe the answer is 4"
+    planted = [make_branch(tokenizer, tokenizer.encode(cut_text, add_special_tokens=False), [0.5] * 64, [], "length"),
+               _branch(tokenizer, THINKING + " She ate 3, so the answer is 7."),
+               _branch(tokenizer, "<think>Hmm.</think> The answer is 4.")]
+    path = str(tmp_path / "bank.sqlite")
+    lm = LoverLM(pretrained=str(smollm2_dir), n_branches=3, bank=path, bank_only="true", think_end_token="</think>",
+                 feature_cache="none")
+    prompts, spec = lm.prompts([CONTEXT], GEN_KWARGS)
+    (key,) = lm.pipeline.record_keys(prompts, spec)
+    BranchBank(path).add(key, planted, prompt_ids=prompts[0])
+    request = Instance("generate_until", {}, (CONTEXT, GEN_KWARGS), 0, metadata=("task_a", 0, 1))
+    with caplog.at_level(logging.INFO, logger="lm_eval.lover_hf"):
+        (result,) = lm.generate_until([request], disable_tqdm=True)
+    assert str.__str__(result) == cut_text == str.__str__(result.copy_for(0))
+    assert [b.text for b in result.branches] == ["", "She ate 3, so the answer is 7.", "The answer is 4."]
+    assert LoverSelect("majority", extract="number").apply([[result]], [{}]) == [["7"]]
+    assert "1 of 3 branches were cut at the token budget before their end of thinking" in caplog.text
+    assert json.loads(str(result))["texts"][0] == cut_text
+
+
 @pytest.mark.parametrize("side, kept", [("left", "e f"), ("right", "a b"), ("middle", "a f")])
 def test_truncation_side_cuts_a_long_prompt_where_it_says(tiny_model_dir, side, kept, caplog):
     """lm-eval's truncation_side, honoured by lover_hf as lm-eval's VLLM honours it: a prompt of 6 one-token words

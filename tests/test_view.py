@@ -88,11 +88,15 @@ def test_the_page_holds_the_runs_own_numbers_branches_and_picks(banked_run, page
     data = page_data(page)
     (task,) = data["tasks"]
     metrics = results["results"]["lover_gsm8k"]
+    sampling = results["config"]["lover"]["sampling_rows"]["lover_gsm8k"]  # references, apart from the rows
+    reported = {key.split(",")[1]: value for key, value in metrics.items() if key.startswith("exact_match,")}
     assert {row["name"]: row["acc"] for row in task["rows"]} == {
-        key.split(",")[1]: value for key, value in metrics.items() if key.startswith("exact_match,")}
+        name: value for name, value in reported.items() if name not in sampling}
+    assert [(ref["name"], ref["n"]) for ref in task["references"]] == [(name, LIMIT) for name in sampling]
+    assert all(abs(ref["acc"] - reported[ref["name"]]) < 1e-12 for ref in task["references"])
     names = [row["name"] for row in task["rows"]]
     assert task["banked"] == LIMIT and [q["d"] for q in task["questions"]] == list(range(LIMIT))
-    for sample in samples:
+    for sample in (s for s in samples if s["filter"] not in sampling):
         question = task["questions"][sample["doc_id"]]
         assert question["k"][names.index(sample["filter"])] == sample["filtered_resps"][0][0]
         assert question["o"][names.index(sample["filter"])] == str(int(sample["exact_match"]))
@@ -112,8 +116,10 @@ def test_chromium_shows_the_rows_a_filter_and_a_question(banked_run, page):
     cells = dict(re.findall(r'<tr data-row="([^"]+)"[^>]*><td><code>[^<]*</code></td>'
                             r'<td class="num acc" data-value="[^"]*">([^<]*)</td>', dom))
     metrics = results["results"]["lover_gsm8k"]
+    sampling = results["config"]["lover"]["sampling_rows"]["lover_gsm8k"]
     assert cells == {key.split(",")[1]: f"{value:.3f}" for key, value in metrics.items()
-                     if key.startswith("exact_match,")}
+                     if key.startswith("exact_match,") and key.split(",")[1] not in sampling}
+    assert re.findall(r'<span class="ref" data-ref="([^"]+)">', dom) == sampling
     assert shown(dom) == (LIMIT, LIMIT)
     reversed_fits = results["config"]["lover"]["test_time_fits"]["lover_gsm8k"]["rank_checks"]["reversed"]
     assert len(re.findall(r'<div class="note bad">the test-time \w+ fit runs backwards', dom)) == len(reversed_fits)
@@ -125,7 +131,7 @@ def test_chromium_shows_the_rows_a_filter_and_a_question(banked_run, page):
     assert '<h3 id="qtitle" data-doc="1">' in question
     answers = re.findall(r'<div class="branch[^"]*" data-k="\d+">.*?<b class="answer">([^<]*)</b>', question)
     assert len(answers) == 10
-    picks = {s["filter"]: s["filtered_resps"][0][0] for s in samples if s["doc_id"] == 1}
+    picks = {s["filter"]: s["filtered_resps"][0][0] for s in samples if s["doc_id"] == 1 and s["filter"] not in sampling}
     shown_picks = dict(re.findall(r'<span class="pick" data-row="([^"]+)" data-outcome="\d"><code>[^<]*</code> '
                                   r'<b>([^<]*)</b>', question))
     assert shown_picks == {row: pick or "no answer" for row, pick in picks.items()}

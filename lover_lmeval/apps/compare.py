@@ -41,7 +41,7 @@ from ..harness.model import LoverLM
 from .diagnostics import accuracy_vs_n, branch_records, cross_fit_supervised, diagnose, layer_sweep, pick_shares
 from .leaderboard import render_diagnostics, render_markdown
 from .plots import plot_curves
-from .samples import TaskReading, check_task, table_from_samples, tagged_rows, verifier_rows
+from .samples import TaskReading, check_task, split_sampling_rows, table_from_samples, tagged_rows, verifier_rows
 from .settings import CompareSettings
 
 @dataclass
@@ -188,13 +188,16 @@ def compare_task(run: Comparison, task: str) -> TaskOutcome:
                               apply_chat_template=run.settings.apply_chat_template)["samples"][task]
     table, results, gold, doc_ids = table_from_samples(samples, extract, metric, reading.gold_extract,
                                                        reading.normalise)
+    # lm-eval's sampling rows (the task's own metric on every branch) are the references, when the run has them
+    sampling = run.lm.pipeline.record.sampling_rows.get(task, [])
+    lm_eval_references = split_sampling_rows(table, sampling, prefix)
     table = {run.renamed.get(row, row): correct for row, correct in table.items()}
-    shares = {run.renamed.get(row, row): share for row, share in pick_shares(samples).items()}
+    shares = {run.renamed.get(row, row): share for row, share in pick_shares(samples).items() if row not in sampling}
     more_rows, diagnostics, scored = more_verifiers(run, results, gold, extract_name)
     table.update(more_rows)
     branches = [json.dumps(r) for r in branch_records(task, doc_ids, results, gold, extract, scored)]
     rows = interval_rows(run, task, table, shares)
-    references = interval_rows(run, task, reference_rows(results, gold, extract), {})
+    references = interval_rows(run, task, lm_eval_references or reference_rows(results, gold, extract), {})
     lover_sum = prefix + run.lover_sum  # a stock task's rows of the chain its answers are grouped by
     paired = {base: paired_bootstrap(table[lover_sum], table[prefix + base], run.settings.n_boot,
                                    run.rng(task, lover_sum, prefix + base))

@@ -131,6 +131,19 @@ def table_from_samples(samples: list[dict], extract, metric: str = "exact_match"
     return table, ordered, gold, ids
 
 
+def split_sampling_rows(table: dict[str, np.ndarray], names, prefix: str = "") -> dict[str, np.ndarray]:
+    """Take the run's sampling rows (avg@N, pass@k, maj@k: `names`, as the results file's provenance lists them,
+    harness/sampling_rows.py) out of `table`, where they would pass for selectors: they read the gold answer. Returns
+    those of one chain, by their plain names: the chain `prefix` names (a stock task's rows of the chain its answers
+    are grouped by), else the first chain that has them."""
+    taken = {name: table.pop(name) for name in names if name in table}
+    chains: dict[str, dict[str, np.ndarray]] = {}
+    for name, values in taken.items():
+        chain, _, row = name.rpartition("/")
+        chains.setdefault(chain + "/" if chain else "", {})[row] = values
+    return chains.get(prefix) or next(iter(chains.values()), {})
+
+
 def tagged_rows(tags: dict[str, str], verifiers: list[str]) -> dict[str, str]:
     """Row name -> the name it is shown under: a verifier made with gold labels says how many in its rows' names
     (`lover_max` -> `lover_max[dev66]`, checkpoints.label_tag); a label-free one ("" tag) keeps its names."""

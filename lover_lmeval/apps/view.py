@@ -114,7 +114,7 @@ def lm_eval_task(task: str, samples_file: Path, results: dict):
     each filter's pick, the prompts and each question's logged LoverResult (texts, finish reasons, scores)."""
     from ..core.select.answers import get_extractor
     from ..harness.stock_rows import is_stock, task_from_config
-    from .samples import TaskNotComparable, check_task, table_from_samples
+    from .samples import TaskNotComparable, check_task, split_sampling_rows, table_from_samples
     from .view_page import TaskInput
 
     samples = read_samples(samples_file)
@@ -134,6 +134,8 @@ def lm_eval_task(task: str, samples_file: Path, results: dict):
         table, logged, gold, ids = table_from_samples(samples, get_extractor(extract), metric, reading.gold_extract,
                                                       reading.normalise)
         logged = [json.loads(text) for text in logged]
+        sampling = results.get("config", {}).get("lover", {}).get("sampling_rows", {}).get(task, [])
+        references = split_sampling_rows(table, sampling, reading.prefix)
     except TaskNotComparable as refusal:
         raise SystemExit(f"lover view: {refusal}") from None
     except (TypeError, json.JSONDecodeError):
@@ -141,6 +143,8 @@ def lm_eval_task(task: str, samples_file: Path, results: dict):
                          "JSON: its branches' texts and scores); run lm_eval with --model lover_hf") from None
     picks, prompts = {}, {}
     for sample in samples:
+        if sample["filter"] in sampling:  # each branch's response: a reference's, not a pick
+            continue
         pick = sample["filtered_resps"][0]  # one request a question; [pick] when lover_select ends the chain
         picks.setdefault(sample["filter"], {})[sample["doc_id"]] = pick[0] if isinstance(pick, list) else pick
         prompts[sample["doc_id"]] = sample["arguments"]["gen_args_0"]["arg_0"]
@@ -150,7 +154,7 @@ def lm_eval_task(task: str, samples_file: Path, results: dict):
                      prompts=[prompts[d] for d in ids], texts=[entry["texts"] for entry in logged],
                      finish=[entry["finish"] for entry in logged], scores=[entry.get("scores", {}) for entry in logged],
                      reported={row: metrics[f"{metric},{row}"] for row in table if f"{metric},{row}" in metrics},
-                     fit=fit)
+                     fit=fit, references=references)
 
 
 def read_lm_eval(path: Path, args) -> dict:

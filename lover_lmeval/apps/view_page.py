@@ -68,6 +68,9 @@ class TaskInput:
     one_answer: dict[str, dict] | None = None
     branches: list[list[Branch] | None] = field(default_factory=list)
     """Per question the bank's branches (tokens, margins, offsets, stats), None where the bank has none."""
+    references: dict[str, np.ndarray] = field(default_factory=dict)
+    """Reference -> (Q,) its value per question (avg@N, pass@k, maj@k: they read the gold answer), apart from the
+    rows."""
 
 
 def bank_branches(path: Path, wanted: set, signature) -> dict:
@@ -247,6 +250,15 @@ def task_warnings(task: TaskInput, rows: list[dict], questions: list[dict]) -> l
     return notes
 
 
+def reference_data(task: TaskInput, n_boot: int, seed: int) -> list[dict]:
+    """Each reference's mean over questions and 95% bootstrap interval (seeded as the rows' are)."""
+    out = []
+    for name, values in task.references.items():
+        low, high = bootstrap_interval(values, n_boot, interval_rng(seed, task.name, name))
+        out.append({"name": name, "acc": float(values.mean()), "low": low, "high": high, "n": int(len(values))})
+    return out
+
+
 def task_data(task: TaskInput, n_boot: int, seed: int) -> dict:
     extract = get_extractor(task.extract)
     rows = row_data(task, n_boot, seed)
@@ -256,7 +268,8 @@ def task_data(task: TaskInput, n_boot: int, seed: int) -> dict:
                 and (found[0] != "cot" or task.confidence or any(b is not None for b in task.branches))]
     questions = [question_data(task, q, extract, names, scorers, sortable) for q in range(len(task.doc_ids))]
     checks = {name: found for name, found in (task.fit or {}).get("rank_checks", {}).items() if name != "reversed"}
-    return {"name": task.name, "extract": task.extract, "metric": task.metric, "rows": rows, "scorers": scorers,
+    return {"name": task.name, "extract": task.extract, "metric": task.metric, "rows": rows,
+            "references": reference_data(task, n_boot, seed), "scorers": scorers,
             "sortable": [row for row, _ in sortable], "fit": task.fit, "checks": checks,
             "reversed": (task.fit or {}).get("rank_checks", {}).get("reversed", []),
             "banked": sum(b is not None for b in task.branches), "warnings": task_warnings(task, rows, questions),

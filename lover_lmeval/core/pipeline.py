@@ -53,6 +53,8 @@ class RunRecord:
     """task -> what its test-time fit saw and made."""
     decodings: list[dict] = field(default_factory=list)
     """Every decoding the run's requests asked for (lm-eval's generation kwargs can adapt model_args')."""
+    sampling_rows: dict[str, list[str]] = field(default_factory=dict)
+    """task -> its sampling rows' filter names (avg@N, pass@k, maj@k: references, harness/sampling_rows.py)."""
 
     def decoded_with(self, decoding: DecodingConfig) -> None:
         if asdict(decoding) not in self.decodings:
@@ -231,6 +233,7 @@ class Pipeline:
         used = self.record.decodings or [asdict(self.config.decoding)]
         checkpoints = {name: verifier.source for name, verifier in self.verifiers.items()}
         return {"plugin_version": __version__, "test_time_fits": self.record.fits, "checkpoints": checkpoints,
+                "sampling_rows": self.record.sampling_rows,
                 "layer": self.layer, "decoding": used[0] if len(used) == 1 else used, "dtype": str(self.model.dtype),
                 "engine": self.engine.name, "pass": self.store.record.as_dict(),
                 **({"ptrue": self.ptrue.record.as_dict(self.ptrue.query)} if self.ptrue is not None else {})}

@@ -25,6 +25,7 @@ from .filter import check_filters_before_decoding, evaluated_metrics
 from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
 from .model_args import LoverUsageError, banked_interrupt, usage_errors
 from .ranks import fit_every_task
+from .sampling_rows import add_sampling_rows
 from .stock_rows import add_rows, available_rows, is_stock, plan_task
 from .thinking import think_marker, view_after_thinking
 
@@ -37,6 +38,10 @@ THINKING_NOTE = ("%s: think_end_token=%r: answers (stock filters, lover_select's
                  "answer groups) are read after each branch's last end of thinking; LoVer's features are still read "
                  "over the whole branch, and the bank and the samples keep it whole")
 
+#: Logged after a run with think_end_token decoded: how many branches the budget cut before their end of thinking
+CUT_IN_THINKING = ("%s: %d of %d branches were cut at the token budget before their end of thinking (%r): each counts "
+                   "as no answer in every selector row, the references and the fit; the task's own rows read branch 0 "
+                   "whole, as lm-eval does")
 #: Logged as decoding starts: what the table lm-eval prints at the end will mean.
 HEADLINE = ("%s rank %d/%d: %d questions x %s branches. The table at the end has %s; each selector row picks one "
             "answer per question from these same branches: compare each with majority (the vote) and greedy")
@@ -136,15 +141,21 @@ class LoverRequests:
 
         try:
             self.pipeline.run(prompts, spec, [len(c) for c in contexts], viewed)
+            if marker is not None:
+                cut = sum(getattr(view, "cut_in_thinking", 0) for view in views.values())
+                total = sum(len(view.branches) for view in views.values())
+                log.info(CUT_IN_THINKING, self.NAME, cut, total, marker)
             return [views[i] for i in range(len(prompts))]
         except KeyboardInterrupt:  # Ctrl-C: every question decoded so far is banked; say so (one line on the CLI)
             if self.pipeline.bank is None:
                 raise
             raise banked_interrupt(self.pipeline.bank) from None
 
-    def plan_rows(self, tasks, scored: set[str]) -> tuple[list, list[str]]:
+    def plan_rows(self, tasks, scored: set[str], n_of_task: dict[str, int]) -> tuple[list, list[str]]:
         """The stock tasks' plans (harness/stock_rows.py: every task without a lover_select filter) with their rows
-        added to the tasks, and the selector rows; a task that cannot group its answers says so in one line."""
+        added to the tasks, and the selector rows; a task that cannot group its answers says so in one line. Every
+        task also gets its sampling rows over its N branches (`n_of_task`; harness/sampling_rows.py), recorded for
+        the results file."""
         user_extract = self.pipeline.config.selection.extract if "extract" in self.explicit else None
         plans = [plan_task(task, user_extract) for task in tasks if is_stock(task)]
         rows = available_rows(scored)
@@ -152,6 +163,11 @@ class LoverRequests:
             if plan.why_none is not None:
                 log.warning(plan.why_none)
             add_rows(plan, rows)
+        for task in tasks:
+            name = task.config.task
+            sampling = add_sampling_rows(task, n_of_task.get(name, 1), user_extract)
+            if sampling is not None:
+                self.pipeline.record.sampling_rows[name] = sampling.names
         return plans, rows
 
     def table_rows(self, tasks, plans, rows) -> str:
@@ -162,10 +178,14 @@ class LoverRequests:
             parts.append(SELECT_ROWS % (" / ".join(evaluated_metrics(
                 [t for t in tasks if t.config.task not in stock])) or "metric"))
         for plan in plans:
-            own = ", ".join(e.name for e in plan.task._filters if e.name not in set(plan.task.lover_rows))
+            added = set(plan.task.lover_rows) | set(self.pipeline.record.sampling_rows.get(plan.name, ()))
+            own = ", ".join(e.name for e in plan.task._filters if e.name not in added)
             parts.append(f"for {plan.name} its own rows ({own}: branch 0)" + (
                 f" and {len(plan.task.lover_rows)} selector rows ({', '.join(plan.task.lover_rows[:3])}, ...; pass_at_n "
                 "needs a gold field, not on stock tasks)" if plan.groupings else ", no selector row"))
+        if any(self.pipeline.record.sampling_rows.values()):
+            parts.append("and the references avg@N, pass@k and maj@k over each question's branches, each branch "
+                         "scored by the task's own metric (they read the gold answer: not selectors)")
         return "; ".join(parts)
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[LoverResult]:
@@ -181,7 +201,11 @@ class LoverRequests:
             check_requests(requests, config.decoding, self.explicit, self.max_gen_toks)
             n_of = [repeats.branches_for(q, config.decoding.n_branches, self.explicit) for q in questions]
             self.check_branches(questions, n_of)
-            plans, rows = self.plan_rows(tasks, scored)
+            n_of_task: dict[str, int] = {}
+            for question, n in zip(questions, n_of):
+                name = getattr(question, "task_name", None) or ""
+                n_of_task[name] = min(n_of_task.get(name, n), n)
+            plans, rows = self.plan_rows(tasks, scored, n_of_task)
         extracts.update({plan.name: plan.fit_extract for plan in plans if plan.fit_extract is not None})
         unfitted = {plan.name for plan in plans if plan.fit_extract is None}
         metas = {name: verifier.meta for name, verifier in self.pipeline.verifiers.items()}

@@ -71,9 +71,14 @@ class Chain:
 
 
 def task_chains(task) -> list[Chain]:
-    """The task's chains in its own order, one per distinct way of reading a response (the first name kept)."""
+    """The task's own chains in its order, one per distinct way of reading a response (the first name kept); the
+    rows added here (`lover_rows`, `lover_sampling`) are not the task's."""
     chains: dict[str, Chain] = {}
+    sampling = getattr(task, "lover_sampling", None)
+    added = set(getattr(task, "lover_rows", None) or ()) | set(sampling.names if sampling is not None else ())
     for ensemble in task._filters:
+        if ensemble.name in added:
+            continue
         steps = tuple(step for step in ensemble.filters if getattr(step, "func", step) not in REDUCERS)
         chains.setdefault(Chain(ensemble.name, steps).key, Chain(ensemble.name, steps))
     return list(chains.values())
