@@ -63,7 +63,7 @@ def test_lm_eval_cli_on_embedded_smollm2_prints_every_strategy(tmp_path, smollm2
     samples = _samples(out)
     assert len(samples) == 2 * (len(STRATEGIES) + len(sampling))
     for sample in samples:
-        logged = json.loads(sample["resps"][0][0])
+        logged = sample["lover"]
         assert len(logged["texts"]) == 3 and len(logged["finish"]) == 3
         assert logged["features"] == [3, 2, 576]  # SmolLM2-135M: hidden size 576
         assert len(logged["scores"]["lover"]) == 3  # default verifier=fit scored every branch
@@ -172,7 +172,7 @@ def test_lm_eval_scores_with_a_checkpoint_trained_by_lover_train(tmp_path, tiny_
         (results_file,) = glob.glob(str(out / "*" / "results_*.json"))
         metrics = json.load(open(results_file))["results"]["lover_gsm8k"]
         assert {"exact_match,lover_max", "exact_match,lover_sum"} <= set(metrics)
-        assert all(len(json.loads(s["resps"][0][0])["scores"]["lover"]) == 2 for s in _samples(out))
+        assert all(len(s["lover"]["scores"]["lover"]) == 2 for s in _samples(out))
         warned = "was trained on chat-templated prompts" in done.stdout + done.stderr
         assert warned is not chat, "the prompt-format warning fires exactly when the run differs from the checkpoint"
 

@@ -211,7 +211,7 @@ def test_lm_eval_cli_two_shot_branches_follow_the_exemplars(tmp_path, smollm2_di
         prompt = sample["arguments"]["gen_args_0"]["arg_0"]
         assert all(f"<|im_start|>assistant\n{shot['solution']}<|im_end|>" in prompt for shot in shots)
         assert prompt.endswith("Answer:<|im_end|>\n<|im_start|>assistant\n")
-        logged = json.loads(sample["resps"][0][0])
+        logged = sample["lover"]
         assert logged["finish"] == ["eos", "eos"], logged
         branches += logged["texts"]
     assert all(re.search(r"(?:^|\s)The answer is (?:yes|no)\.$", text) for text in branches), branches

@@ -38,7 +38,7 @@ def test_lm_eval_cli_runs_lover_math500(tmp_path, smollm2_dir):
     assert len(samples) == 2 * len(TASK_ROWS) and {s["doc_id"] for s in samples} == {0, 1}
     for sample in samples:
         assert sample["lover_match"] in (0.0, 1.0)
-        logged = json.loads(sample["resps"][0][0])
+        logged = sample["lover"]
         branches = [Branch(text, [], [], [], finish) for text, finish in zip(logged["texts"], logged["finish"])]
         stated = {a.value for a in stated_answers(extract_math, branches) if a is not None}
         pick = sample["filtered_resps"][0]

@@ -11,6 +11,7 @@ import re
 import pytest
 
 import in_process
+from lover_lmeval.harness.sampling_rows import row_names
 from tests.conftest import REPO
 
 QUESTIONS = [{"question": "Tom has 50 apples and finds 1 more. How many apples?", "answer": "51.0"},
@@ -36,7 +37,9 @@ def test_the_readme_own_task_yaml_runs_as_written(tmp_path, tiny_model_dir):
     (results_file,) = glob.glob(str(tmp_path / "out" / "*" / "results_*.json"))
     metrics = json.load(open(results_file))["results"]["my_arith"]
     rows = {key.split(",")[1] for key in metrics if key.startswith("lover_match,")}
-    assert rows == {"greedy", "majority", "cot_sum", "lover_sum", "pass_at_n"}
+    # its five filters' rows, and the references over the two branches, each branch scored by its lover_match
+    assert rows == {"greedy", "majority", "cot_sum", "lover_sum", "pass_at_n", *row_names(2)}
+    assert metrics["lover_match,maj@2"] == metrics["lover_match,majority"]
     assert "The table at the end has one lover_match row per selector" in done.stderr  # the task's metric, named
 
 

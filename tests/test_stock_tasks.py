@@ -187,7 +187,7 @@ def _sampling_rows_are_the_slow_references(out: Path, task) -> None:
     questions = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         sample = json.loads(line)
-        questions[sample["doc_id"]] = (sample["doc"], json.loads(sample["resps"][0][0])["texts"])
+        questions[sample["doc_id"]] = (sample["doc"], sample["lover"]["texts"])
     chains, normalise = task_chains(task), metric_normaliser(task)  # the answers as its exact_match compares them
     prefix = {c.name: "" if len(chains) == 1 else c.name + "/" for c in chains}
     expected = {}
@@ -240,7 +240,7 @@ def _opens_in_lover_view(out: Path, cwd: Path) -> None:
     for sample in samples:
         question = next(q for q in task["questions"] if q["d"] == sample["doc_id"])
         assert question["g"] == normalise(sample["target"])
-        texts = json.loads(sample["resps"][0][0])["texts"]
+        texts = sample["lover"]["texts"]
         assert [b[0] for b in question["b"]] == texts
         assert [b[1] for b in question["b"]] == [a.value if (a := strict(t)) else None for t in texts]
     assert all(task["banked"] == 2 for task in tasks.values())
@@ -483,3 +483,35 @@ def test_self_consistency_sampling_rows_are_named_by_chain_where_its_own_rows_us
     assert plan.names[0] == "score-first/avg@64" and "score-first/maj@8" in plan.names
     names = [ensemble.name for ensemble in task._filters]
     assert len(names) == len(set(names)) and {"maj@64", "maj@8", "score-first"} <= set(names)
+
+
+@pytest.mark.slow
+def test_lm_evals_own_samples_readers_read_each_branchs_text(stock, smollm2_dir):
+    """lm-eval's W&B logger's samples table (`_generate_dataset`, pure pandas) and its trackio logger's traces
+    (`_sample_to_trace`; trackio is not installed here, so its `Trace` is a record of what it is handed) over a
+    lover_hf run's in-memory samples: the raw prediction is branch 0's text (a repeated request's first response),
+    not the result's JSON; the task's own row's filtered prediction, and the trace's reply, its regex's answer; every
+    branch's text is in `resps`, the evidence (finish reasons, scores) beside it."""
+    from types import SimpleNamespace
+
+    from lm_eval import simple_evaluate
+    from lm_eval.loggers.trackio_logger import _sample_to_trace
+    from lm_eval.loggers.wandb_logger import WandbLogger
+
+    from lover_lmeval.harness.sample_log import evidence_of
+
+    name = "bbh_cot_fewshot_boolean_expressions"
+    out = simple_evaluate(model="lover_hf", model_args=f"pretrained={smollm2_dir},n_branches=2", tasks=[name],
+                          task_manager=TaskManager(include_path=str(stock)), limit=2, log_samples=True,
+                          gen_kwargs="max_gen_toks=16", num_fewshot=0)
+    samples = out["samples"][name]
+    own = [s for s in samples if s["filter"] == "get-answer"]
+    table = WandbLogger._generate_dataset(None, own, out["configs"][name])  # reads no attribute of the logger
+    for sample, raw, filtered in zip(own, table["raw_predictions"], table["filtered_predictions"]):
+        evidence = evidence_of(sample)
+        assert [str(text) for text in sample["resps"][0]] == evidence["texts"] and len(evidence["finish"]) == 2
+        assert raw == evidence["texts"][0] and not raw.lstrip().startswith("{")
+        assert type(filtered) is str and filtered == sample["filtered_resps"][0]
+        trace = _sample_to_trace(SimpleNamespace(Trace=lambda messages, metadata: messages), sample, name,
+                                 "generate_until")
+        assert trace[1] == {"role": "assistant", "content": filtered}

@@ -100,7 +100,7 @@ def test_the_page_holds_the_runs_own_numbers_branches_and_picks(banked_run, page
         question = task["questions"][sample["doc_id"]]
         assert question["k"][names.index(sample["filter"])] == sample["filtered_resps"][0][0]
         assert question["o"][names.index(sample["filter"])] == str(int(sample["exact_match"]))
-        assert [b[0] for b in question["b"]] == json.loads(sample["resps"][0][0])["texts"]
+        assert [b[0] for b in question["b"]] == sample["lover"]["texts"]
         assert question["g"] == sample["target"] and question["p"] == sample["arguments"]["gen_args_0"]["arg_0"]
     branches = [b for q in task["questions"] for b in q["b"]]
     assert len(branches) == LIMIT * 10 and all(b[3] > 0 and len(b[6]) == b[3] for b in branches)

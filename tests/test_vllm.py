@@ -226,7 +226,7 @@ def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(killed_and_resumed):
     assert f"lover_vllm memory plan: {plan['mode']}." in done.stderr, plan
     (samples_file,) = glob.glob(str(out / "*" / "samples_lover_gsm8k_*.jsonl"))
     for sample in map(json.loads, open(samples_file)):
-        logged = json.loads(sample["resps"][0][0])
+        logged = sample["lover"]
         assert len(logged["texts"]) == 21 and logged["features"] == [21, 2, 576]
 
 

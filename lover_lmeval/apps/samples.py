@@ -10,6 +10,7 @@ import numpy as np
 from lm_eval.api.registry import DEFAULT_METRIC_REGISTRY
 
 from ..data.tasks import normalise_target
+from ..harness.sample_log import result_of
 from .diagnostics import strategy_correct
 
 # The metrics whose per-sample value is the 0/1 correctness of the filter's pick, which every row needs
@@ -119,7 +120,7 @@ def table_from_samples(samples: list[dict], extract, metric: str = "exact_match"
             raise TaskNotComparable(f"lover compare reads metric {metric!r}, but lm-eval's samples carry "
                                     f"{sample.get('metrics')}; name the task's metric in its metric_list.")
         by_filter.setdefault(sample["filter"], {})[sample["doc_id"]] = float(sample[metric])
-        results[sample["doc_id"]] = sample["resps"][0][0]
+        results[sample["doc_id"]] = result_of(sample) or sample["resps"][0][0]
         gold = metric_gold(sample["target"], gold_extract)
         targets[sample["doc_id"]] = normalise(gold) if normalise is not None else gold
     ids = sorted(results)

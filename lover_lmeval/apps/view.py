@@ -96,12 +96,17 @@ def lm_eval_files(path: Path) -> tuple[Path, dict[str, Path]]:
 def read_samples(path: Path) -> list[dict]:
     """lm-eval's logged samples, one per filter and question. Each filter's sample repeats its question's response
     (all N branches' texts) and prompt: the copies are dropped as they are read, keeping one per question (a full
-    GSM8K run's 29,018 samples hold 200 MB of such copies)."""
+    GSM8K run's 29,018 samples hold 200 MB of such copies). A sample's lover evidence (harness/sample_log.py: the
+    result's JSON, beside the texts the stock readers read) is taken as its response, as view reads it."""
+    from ..harness.sample_log import EVIDENCE_KEY
+
     samples, first = [], {}
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if line.strip():
                 sample = json.loads(line)
+                if EVIDENCE_KEY in sample:  # the result's JSON, as view reads it (a file before it was the resps)
+                    sample["resps"] = [[json.dumps(sample.pop(EVIDENCE_KEY))]]
                 kept = first.setdefault(sample["doc_id"], sample)
                 sample["resps"], sample["arguments"] = kept["resps"], kept["arguments"]
                 sample.pop("doc", None)

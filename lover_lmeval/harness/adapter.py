@@ -20,7 +20,7 @@ from ..core.pipeline import Pipeline
 from ..log import log
 from ..core.results import LoverResult
 from .chat import warn_on_prompt_format
-from . import repeats, task_hook
+from . import repeats, sample_log, task_hook
 from .filter import check_filters_before_decoding, evaluated_metrics
 from .generation import check_requests, resolve_decoding, warn_once_if_greedy_row_is_drawn
 from .model_args import LoverUsageError, banked_interrupt, usage_errors
@@ -30,6 +30,7 @@ from .stock_rows import add_rows, available_rows, is_stock, plan_task
 from .thinking import think_marker, view_after_thinking
 
 task_hook.install()  # the tasks of a generate_until call, found from its requests (harness/task_hook.py)
+sample_log.install()  # samples logged as texts, the evidence beside them (harness/sample_log.py)
 
 #: lm-eval's ways of cutting a prompt longer than the context window (VLLM's truncation_side; lover_hf takes it too)
 TRUNCATION_SIDES = ("left", "right", "middle")
