@@ -9,6 +9,7 @@ import pytest
 
 import in_process
 from lover_lmeval.core.select.rows import TASK_ROWS
+from lover_lmeval.harness.sampling_rows import row_names
 
 
 @pytest.mark.slow
@@ -25,8 +26,10 @@ def test_lm_eval_cli_runs_lover_math500(tmp_path, smollm2_dir):
     results = json.loads(results_file.read_text())
     metrics = results["results"]["lover_math500"]
     rows = {key.split(",")[1]: value for key, value in metrics.items() if key.startswith("lover_match,")}
-    assert set(rows) == set(TASK_ROWS)
-    assert all(rows["pass_at_n"] >= value for value in rows.values())
+    sampling = results["config"]["lover"]["sampling_rows"]["lover_math500"]  # references over the 2 branches
+    assert set(rows) == set(TASK_ROWS) | set(sampling) and sampling == row_names(2)
+    assert all(rows["pass_at_n"] >= rows[row] for row in TASK_ROWS)
+    assert rows["pass@2"] == rows["pass_at_n"] and rows["maj@2"] == rows["majority"]  # lover_match on each branch
     assert results["config"]["lover"]["test_time_fits"]["lover_math500"]["extract"] == "math"
 
     from lover_lmeval.core.decode.branch import Branch
@@ -35,12 +38,12 @@ def test_lm_eval_cli_runs_lover_math500(tmp_path, smollm2_dir):
 
     (samples_file,) = out.glob("*/samples_lover_math500_*.jsonl")
     samples = [json.loads(line) for line in samples_file.read_text().splitlines()]
-    assert len(samples) == 2 * len(TASK_ROWS) and {s["doc_id"] for s in samples} == {0, 1}
+    assert len(samples) == 2 * (len(TASK_ROWS) + len(sampling)) and {s["doc_id"] for s in samples} == {0, 1}
     for sample in samples:
         assert sample["lover_match"] in (0.0, 1.0)
         logged = sample["lover"]
         branches = [Branch(text, [], [], [], finish) for text, finish in zip(logged["texts"], logged["finish"])]
         stated = {a.value for a in stated_answers(extract_math, branches) if a is not None}
-        pick = sample["filtered_resps"][0]
-        pick = pick[0] if isinstance(pick, list) else pick
-        assert pick == "" or pick in stated, (sample["filter"], pick, stated)  # math has no fallback: greedy too
+        picks = sample["filtered_resps"][0]  # a reference's: each branch's stated answer
+        picks = picks if sample["filter"] in sampling else [picks[0] if isinstance(picks, list) else picks]
+        assert all(pick == "" or pick in stated for pick in picks), (sample["filter"], picks, stated)  # math has no fallback: greedy too

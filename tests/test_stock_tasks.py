@@ -67,7 +67,7 @@ def test_process_results_task_gets_no_rows_and_a_message_unless_extract_is_named
     task = tasks["hendrycks_math500"]
     plan = plan_task(task, None)
     assert plan.groupings == [] and plan.fit_extract is None
-    assert "hendrycks_math500" in plan.why_none and "extract=" in plan.why_none
+    assert "hendrycks_math500" in plan.why_none and "pass extract=math in --model_args" in plan.why_none
     named = plan_task(task, "number")
     assert named.fit_extract == "number" and named.groupings[0][0] == ""
 

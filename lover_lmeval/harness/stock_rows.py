@@ -209,9 +209,11 @@ def plan_task(task, user_extract: str | None) -> StockPlan:
     how = ("its answers are read in process_results" if all(not c.steps for c in chains)
            else "its filter chains read the doc (as multi_choice_regex reads the choices)")
     return StockPlan(task, [], None, f"lover: task {task.config.task}: {how}, so its branches' answers cannot be "
-                                     "grouped from their text: its own rows only (branch 0), no selector rows and no "
-                                     "test-time fit; pass extract=number|choice|yes_no|true_false in --model_args to "
-                                     "group them")
+                                     "grouped from their text: its own rows only (branch 0) and the references avg@N "
+                                     "and pass@k, no selector rows and no test-time fit; pass extract=math in "
+                                     "--model_args to group them as math answers (math-verify's equivalence: a "
+                                     "\\boxed{} answer, or the last expression), or extract=number|choice|yes_no|"
+                                     "true_false for those answers")
 
 
 def task_from_config(name: str, config: dict):
