@@ -18,6 +18,9 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _THREADS = str(max(1, _CORES // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
     for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[_variable] = _THREADS
+    # vLLM's CPU engine binds its threads to cores it picks alone (the last one, the rest reserved), so two workers'
+    # engines would compute on the same core while the other idles: unbound, each runs the OMP_NUM_THREADS set here.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 import torch  # noqa: E402  (after the thread count it reads)
 

@@ -120,3 +120,22 @@ def lover(args: list[str], cwd: Path) -> Done:
     if status:
         raise SystemExit(f"lover {' '.join(args)} exited {status}:\n{err.getvalue()[-3000:]}")
     return Done(out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def logged(name: str, level: int = logging.INFO):
+    """The messages logger `name` emits in the block, at `level` and above, read by a handler on that logger itself:
+    lm-eval's `setup_logging` stops `lm_eval` from propagating, so pytest's caplog (a root handler) sees its records
+    or not depending on which test ran first in the worker."""
+    messages: list[str] = []
+    handler, logger = logging.Handler(level), logging.getLogger(name)
+    handler.emit = lambda record: messages.append(record.getMessage())
+    saved = logger.level
+    if logger.level == logging.NOTSET or logger.level > level:
+        logger.setLevel(level)
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved)

@@ -25,6 +25,10 @@ import torch
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here; .ci/run runs this file in "
                                                        ".venv-vllm (scripts/setup_vllm.sh)")
+#: The two tests that read the killed-and-resumed command (`killed_and_resumed`, two engine starts and ~3 minutes):
+#: under .ci/run's `-n 2 --dist loadgroup` they run on one worker, so the fixture runs once. The module engine's tests
+#: are not grouped: each worker that takes some starts its own engine (~30 s), which the two lanes repay many times.
+kill_and_resume_group = pytest.mark.xdist_group("vllm-kill-and-resume")
 # vLLM's import compiles a kernel at module level, which makes torch import its own mkldnn module, whose deprecated
 # torch.jit.script_method warns: torch's warning about torch's code, nothing here can change it.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
@@ -200,6 +204,7 @@ def test_without_vllm_the_model_is_refused_in_one_line(tmp_path):
 
 
 @needs_vllm
+@kill_and_resume_group
 def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(killed_and_resumed):
     """The real `lm_eval` CLI, the embedded SmolLM2 (no pretrained), 6 questions (the kill test's command, run to its
     end after the kill): the same rows as lover_hf's, from vLLM's branches, and the provenance names the engine, the
@@ -539,6 +544,7 @@ def killed_and_resumed(smollm2_dir, tmp_path_factory) -> KilledAndResumed:
 
 
 @needs_vllm
+@kill_and_resume_group
 def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_the_rest(killed_and_resumed):
     """After the kill in phase 1 (`killed_and_resumed`), the same command decodes only the questions not staged (its
     log says how many were), hands the staged ones over as they were decoded, ends with all 6 in the bank, and
@@ -592,27 +598,26 @@ def test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes(lm
 
 
 @needs_vllm
-def test_stock_tasks_get_every_selector_row_and_repeats_are_one_question_with_k_branches(lm, tmp_path, caplog):
+def test_stock_tasks_get_every_selector_row_and_repeats_are_one_question_with_k_branches(lm, tmp_path):
     """lover_vllm (the module engine, 10 branches) on lm-eval's own gsm8k_cot (two chains), zero-shot, 32 tokens:
     its own rows and each chain's selector rows, each chain's greedy row its own row (branch 0). And on lm-eval's
     gsm8k_cot_self_consistency with `repeats: 10` (a user's variant of the shipped YAML: the engine started for 10
     branches): one question decoded once with 10 branches, whose copies lm-eval reads as its 10 answers, so its
     score-first row is branch 0, the greedy row's."""
-    import logging
-
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     import stock_yaml
+    from in_process import logged
 
     folder = stock_yaml.write_overrides(tmp_path / "stock", ["gsm8k_cot", "gsm8k_cot_self_consistency"])
     (folder / "sc10.yaml").write_text(f"include: {folder / 'gsm8k_cot_self_consistency.yaml'}\n"
                                       "task: gsm8k_cot_sc10\nrepeats: 10\n", encoding="utf-8")
-    with caplog.at_level(logging.INFO, logger="lm_eval.lover_vllm"):
+    with logged("lm_eval.lover_vllm") as said:
         out = simple_evaluate(model=lm, tasks=["gsm8k_cot", "gsm8k_cot_sc10"], limit=1, num_fewshot=0,
                               log_samples=True, gen_kwargs={"max_gen_toks": 32},
                               task_manager=TaskManager(include_path=str(folder)))
-    assert any("lover_vllm rank 0/1: 2 questions x 10 branches" in r.getMessage() for r in caplog.records)
+    assert any("lover_vllm rank 0/1: 2 questions x 10 branches" in line for line in said), said
     samples = {task: {s["filter"]: s["filtered_resps"] for s in rows} for task, rows in out["samples"].items()}
     cot = samples["gsm8k_cot"]
     for chain in ("strict-match", "flexible-extract"):
