@@ -28,10 +28,12 @@ run_tests() {
   rm -rf "$work/empty" && mkdir "$work/empty" && cd "$work/empty"
   export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
   : "${LOVER_DATA_DIR:?set LOVER_DATA_DIR to the offline data (e.g. ../shared/data)}"
+  # The command and the call run at once: each is one process that mostly imports and indexes on one core.
   "$work/venv/bin/lm_eval" --model lover_hf --model_args n_branches=2 --gen_kwargs max_gen_toks=16 \
-    --tasks lover_gsm8k --limit 2 --output_path out 2>&1 | tee "$work/cli.log" | tail -n 15
-  grep -q "lover_sum" "$work/cli.log" || { echo "check_wheel: lm_eval printed no lover_sum row" >&2; exit 1; }
-  "$work/venv/bin/python" - <<'PY'
+    --tasks lover_gsm8k --limit 2 --output_path out > "$work/cli.log" 2>&1 &
+  cli=$!
+  call=0
+  "$work/venv/bin/python" - <<'PY' || call=$?
 from lm_eval import simple_evaluate
 
 results = simple_evaluate(model="lover_hf", model_args="n_branches=2", tasks=["lover_gsm8k"], limit=2,
@@ -40,6 +42,12 @@ rows = {key.split(",")[1] for key in results if key.startswith("exact_match,")}
 assert {"greedy", "majority", "cot_sum", "lover_max", "lover_sum"} <= rows, rows
 print("check_wheel: simple_evaluate rows", sorted(rows))
 PY
+  status=0
+  wait "$cli" || status=$?
+  tail -n 15 "$work/cli.log"
+  ((call == 0)) || { echo "check_wheel: simple_evaluate failed (exit $call)" >&2; exit 1; }
+  ((status == 0)) || { echo "check_wheel: lm_eval failed (exit $status)" >&2; exit 1; }
+  grep -q "lover_sum" "$work/cli.log" || { echo "check_wheel: lm_eval printed no lover_sum row" >&2; exit 1; }
   echo "check_wheel: ok ($(basename "$wheel"))"
 }
 
