@@ -128,6 +128,16 @@ def golden_baseline(tmp_path_factory) -> tuple[dict, Path]:
 
 #: Fixtures that run an LLM end to end (the golden run's two commands): a test that needs one is `slow` by that alone.
 END_TO_END_FIXTURES = {"golden_baseline"}
+#: tests/test_vllm.py's longest tests (measured in CI: the killed-and-resumed fixture ~180 s, each agreement half ~120 s
+#: with its worker's module engine, replicas and phases ~85 s, the failing start ~30 s), run first: under .ci/run's
+#: `--dist loadgroup` a worker takes the next test (or group) in this order as it frees, so the short ones even out
+#: the end instead of one long test running alone after the other worker is done.
+VLLM_LONGEST_FIRST = ("test_lm_eval_cli_with_lover_vllm_prints_every_strategy",
+                      "test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_the_rest",
+                      "test_vllm_branches_agree_with_lover_hf_in_float32_up_to_near_ties",
+                      "test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes",
+                      "test_phases_give_besides_rows",
+                      "test_an_engine_that_cannot_start_says_its_root_cause_in_one_line")
 
 
 def pytest_collection_modifyitems(items):
@@ -145,3 +155,10 @@ def pytest_collection_modifyitems(items):
     first = [item for item in needs_golden if item.name == "test_golden_run_is_unchanged"]
     later = [item for item in needs_golden if item not in first]
     items[:] = first + [item for item in items if item not in needs_golden] + later
+    # The vLLM tests keep their places among the others, reordered among themselves (a stable sort: the rest in file
+    # order).
+    slots = [i for i, item in enumerate(items) if item.path.name == "test_vllm.py"]
+    rank = {name: k for k, name in enumerate(VLLM_LONGEST_FIRST)}
+    ordered = sorted((items[i] for i in slots), key=lambda item: rank.get(item.originalname, len(rank)))
+    for i, item in zip(slots, ordered):
+        items[i] = item
