@@ -32,7 +32,7 @@ run_tests() {
   # Two of the subset's slowest cases are left to the full suite (newest releases): sampling through continuous
   # batching on the real SmolLM2 (the cot case of the same test runs here) and beam features (the beam decoding tests
   # run here).
-  LOVER_CACHE_DIR="${LOVER_CACHE_DIR:-$HOME/.cache/lover-lmeval}/min-versions-$pins" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --durations=10 tests/test_decoding.py \
+  LOVER_CACHE_DIR="${LOVER_CACHE_DIR:-$HOME/.cache/lover-lmeval}/min-versions-$pins" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=10 tests/test_decoding.py \
     tests/test_features.py tests/test_pipeline.py tests/test_model.py tests/test_bad_input.py tests/test_math_answers.py \
     --deselect "tests/test_decoding.py::test_continuous_batching_gives_the_branches_of_each_question_decoded_alone[sample-kw1]" \
     --deselect "tests/test_features.py::test_features_equal_full_reencode_for_padded_batched_branches[beam-None]"

@@ -128,19 +128,27 @@ def golden_baseline(tmp_path_factory) -> tuple[dict, Path]:
 
 #: Fixtures that run an LLM end to end (the golden run's two commands): a test that needs one is `slow` by that alone.
 END_TO_END_FIXTURES = {"golden_baseline"}
-#: tests/test_vllm.py's longest tests (measured in CI: the killed-and-resumed fixture ~180 s, each agreement half ~120 s
-#: with its worker's module engine, replicas and phases ~85 s, the failing start ~30 s), run first: under .ci/run's
-#: `--dist loadgroup` a worker takes the next test (or group) in this order as it frees, so the short ones even out
-#: the end instead of one long test running alone after the other worker is done.
-VLLM_LONGEST_FIRST = ("test_lm_eval_cli_with_lover_vllm_prints_every_strategy",
-                      "test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_the_rest",
-                      "test_vllm_branches_agree_with_lover_hf_in_float32_up_to_near_ties",
-                      "test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes",
-                      "test_phases_give_besides_rows",
-                      "test_an_engine_that_cannot_start_says_its_root_cause_in_one_line")
+#: The longest tests of .ci/run's steps that run under `--dist loadgroup` (measured in CI): in the vllm step the
+#: killed-and-resumed fixture ~180 s, each agreement half ~120 s with its worker's module engine, replicas and phases
+#: ~85 s, the failing start ~30 s; in the minimum-versions step the committed-bank replay ~100 s of its ~125 s. Under
+#: loadgroup a worker takes the next test (or group) in collection order as it frees, so these go first and the short
+#: ones even out the end, instead of one long test running alone after the other worker is done.
+#:
+#: The two tests that read the killed-and-resumed command must share one worker, or each runs it (3 minutes). Their
+#: `xdist_group` mark does not do it here: pytest-xdist 3.8 groups by renaming `item._nodeid`, which pytest 9 no
+#: longer reads (its node ids live in `_id`), so every test is its own unit (measured: the fixture ran on both
+#: workers, 182 + 182 s). xdist's scheduler hands the first unit to worker 1, the second to worker 2, then the third
+#: to worker 1 and the fourth to worker 2 (each starts with two); so the CLI test is first and the kill test third.
+LONGEST_FIRST = ("test_lm_eval_cli_with_lover_vllm_prints_every_strategy",
+                 "test_data_parallel_replicas_start_once_and_decode_what_one_engine_decodes",
+                 "test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_the_rest",
+                 "test_vllm_branches_agree_with_lover_hf_in_float32_up_to_near_ties",
+                 "test_phases_give_besides_rows",
+                 "test_an_engine_that_cannot_start_says_its_root_cause_in_one_line",
+                 "test_continuous_batching_reproduces_a_committed_bank_of_the_real_model")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """`slow` on every test whose fixtures run an LLM end to end, so the fast tier (`-m "not slow"`) cannot pull a
     golden run in through a fixture; tests that run one themselves carry the mark in their module.
 
@@ -155,10 +163,8 @@ def pytest_collection_modifyitems(items):
     first = [item for item in needs_golden if item.name == "test_golden_run_is_unchanged"]
     later = [item for item in needs_golden if item not in first]
     items[:] = first + [item for item in items if item not in needs_golden] + later
-    # The vLLM tests keep their places among the others, reordered among themselves (a stable sort: the rest in file
-    # order).
-    slots = [i for i, item in enumerate(items) if item.path.name == "test_vllm.py"]
-    rank = {name: k for k, name in enumerate(VLLM_LONGEST_FIRST)}
-    ordered = sorted((items[i] for i in slots), key=lambda item: rank.get(item.originalname, len(rank)))
-    for i, item in zip(slots, ordered):
-        items[i] = item
+    # Under --dist loadgroup (xdist's workers get it as `loadgroup`, its controller as `dist`), longest first; a stable
+    # sort, so the rest keep their order. The suite's own run (--dist load) takes chunks in order and is left as is.
+    if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
+        rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(getattr(item, "originalname", item.name), len(rank)))

@@ -25,8 +25,9 @@ import torch
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here; .ci/run runs this file in "
                                                        ".venv-vllm (scripts/setup_vllm.sh)")
-#: The two tests that read the killed-and-resumed command (`killed_and_resumed`, two engine starts and ~3 minutes):
-#: under .ci/run's `-n 2 --dist loadgroup` they run on one worker, so the fixture runs once. The module engine's tests
+#: The two tests that read the killed-and-resumed command (`killed_and_resumed`, two engine starts and ~3 minutes),
+#: one xdist group. Under pytest 9 with pytest-xdist 3.8 the group does not take (tests/conftest.py's LONGEST_FIRST
+#: says why and puts the two on one worker instead); kept for an xdist that groups again. The module engine's tests
 #: are not grouped: each worker that takes some starts its own engine (~30 s), which the two lanes repay many times.
 kill_and_resume_group = pytest.mark.xdist_group("vllm-kill-and-resume")
 # vLLM's import compiles a kernel at module level, which makes torch import its own mkldnn module, whose deprecated
