@@ -134,8 +134,8 @@ END_TO_END_FIXTURES = {"golden_baseline"}
 #: loadgroup a worker takes the next test (or group) in collection order as it frees, so these go first and the short
 #: ones even out the end, instead of one long test running alone after the other worker is done.
 #:
-#: The two tests that read the killed-and-resumed command must share one worker, or each runs it (3 minutes). Their
-#: `xdist_group` mark does not do it here: pytest-xdist 3.8 groups by renaming `item._nodeid`, which pytest 9 no
+#: The two tests that read the killed-and-resumed command must share one worker, or each runs it (3 minutes). An
+#: `xdist_group` mark cannot do it here: pytest-xdist 3.8 groups by renaming `item._nodeid`, which pytest 9 no
 #: longer reads (its node ids live in `_id`), so every test is its own unit (measured: the fixture ran on both
 #: workers, 182 + 182 s). xdist's scheduler hands the first unit to worker 1, the second to worker 2, then the third
 #: to worker 1 and the fourth to worker 2 (each starts with two); so the CLI test is first and the kill test third.

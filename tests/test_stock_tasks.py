@@ -454,22 +454,13 @@ def test_a_process_results_task_gets_avg_and_pass_and_maj_only_with_extract(stoc
 
 def test_a_metric_not_0_1_per_branch_gets_avg_only_said_once(tasks):
     """A task whose metric gives 0.25 and 0.75 on branches: avg@2 = 0.5, and no pass@k or maj@k value, said once."""
-    import logging
-
     from lover_lmeval.log import model_name
 
     task = tasks["mmlu_pro_biology"]
     task.process_results = lambda doc, results: {"exact_match": 0.25 if results[0] == "A" else 0.75}
     result = LoverResult([branch("The answer is (A)."), branch("The answer is (B).")])
-    said, handler, logger = [], logging.Handler(), logging.getLogger(f"lm_eval.{model_name()}")
-    handler.emit = lambda record: said.append(record.getMessage())
-    level, logger.level = logger.level, logging.INFO
-    logger.addHandler(handler)
-    try:
+    with in_process.logged(f"lm_eval.{model_name()}") as said:
         scored = _scored(task, 2, [result, result], [{}, {}])
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
     assert [row["exact_match"] for row in scored["avg@2"]] == [0.5, 0.5]
     assert all(not row for name, rows in scored.items() if name != "avg@2" for row in rows)
     assert sum("not 0/1 per branch: avg@2 only" in line for line in said) == 1

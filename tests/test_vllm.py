@@ -25,11 +25,6 @@ import torch
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here; .ci/run runs this file in "
                                                        ".venv-vllm (scripts/setup_vllm.sh)")
-#: The two tests that read the killed-and-resumed command (`killed_and_resumed`, two engine starts and ~3 minutes),
-#: one xdist group. Under pytest 9 with pytest-xdist 3.8 the group does not take (tests/conftest.py's LONGEST_FIRST
-#: says why and puts the two on one worker instead); kept for an xdist that groups again. The module engine's tests
-#: are not grouped: each worker that takes some starts its own engine (~30 s), which the two lanes repay many times.
-kill_and_resume_group = pytest.mark.xdist_group("vllm-kill-and-resume")
 # vLLM's import compiles a kernel at module level, which makes torch import its own mkldnn module, whose deprecated
 # torch.jit.script_method warns: torch's warning about torch's code, nothing here can change it.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
@@ -205,7 +200,6 @@ def test_without_vllm_the_model_is_refused_in_one_line(tmp_path):
 
 
 @needs_vllm
-@kill_and_resume_group
 def test_lm_eval_cli_with_lover_vllm_prints_every_strategy(killed_and_resumed):
     """The real `lm_eval` CLI, the embedded SmolLM2 (no pretrained), 6 questions (the kill test's command, run to its
     end after the kill): the same rows as lover_hf's, from vLLM's branches, and the provenance names the engine, the
@@ -548,7 +542,6 @@ def killed_and_resumed(smollm2_dir, tmp_path_factory) -> KilledAndResumed:
 
 
 @needs_vllm
-@kill_and_resume_group
 def test_a_kill_in_phase_one_keeps_the_staged_chunks_and_the_rerun_decodes_only_the_rest(killed_and_resumed):
     """After the kill in phase 1 (`killed_and_resumed`), the same command decodes only the questions not staged (its
     log says how many were), hands the staged ones over as they were decoded, ends with all 6 in the bank, and
